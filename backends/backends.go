@@ -1,0 +1,170 @@
+// Package backends defines where sandboxed code runs: the Backend and
+// Sandbox interfaces every backend implements (process, containerd, wasm),
+// documented as contracts that the conformance suite in backendtest checks.
+//
+// Executors (bash, exec, ...) only see these interfaces, so an action means
+// the same thing on every backend; what differs is isolation.
+package backends
+
+import (
+	"context"
+	"io"
+	"syscall"
+
+	"github.com/sandboxd/sandboxd/api"
+)
+
+// Spec describes a sandbox to create or re-adopt.
+type Spec struct {
+	// ID is the sandbox's id, unique on this daemon.
+	ID string
+	// Dir is a private directory the daemon keeps for this sandbox (never
+	// visible inside it). A backend may store what it needs to re-adopt the
+	// sandbox there.
+	Dir string
+	// Image names the root filesystem (containerd only).
+	Image string
+	// Env is added to the sandbox's sanitized base environment.
+	Env map[string]string
+	// Workdir is the working directory inside a container ("" = /workspace).
+	Workdir string
+	// Limits are the effective limits (defaults applied, clamped).
+	Limits api.Limits
+	// Network is api.NetworkNone or api.NetworkHost.
+	Network string
+}
+
+// Backend creates sandboxes of one kind.
+type Backend interface {
+	// Name is the backend's API name ("process", "containerd", "wasm").
+	Name() string
+	// Available returns nil if the backend can create sandboxes on this host
+	// now, or an error saying why not (shown in /v1/info). It is cheap and
+	// may be called often.
+	Available(ctx context.Context) error
+	// Features lists what the backend enforces on this host (shown in
+	// /v1/info), such as "cgroup-memory" or "user-isolation".
+	Features() []string
+	// Create makes a new sandbox. On error nothing of it is left behind.
+	Create(ctx context.Context, spec Spec) (Sandbox, error)
+	// Recover re-adopts the sandboxes of a previous daemon run, given their
+	// specs. It returns one Recovered per spec; a sandbox that cannot be
+	// re-adopted has Err set and leaves nothing running. The backend may
+	// also clean up leftovers of its own that no spec names.
+	Recover(ctx context.Context, specs []Spec) []Recovered
+}
+
+// Recovered is the outcome of re-adopting one sandbox.
+type Recovered struct {
+	ID      string
+	Sandbox Sandbox
+	// Note says what the re-adoption did not keep, for example that shells
+	// and processes were gone; empty if the sandbox is as it was.
+	Note string
+	Err  error
+}
+
+// Sandbox is one isolated environment.
+type Sandbox interface {
+	// ID returns the id it was created with.
+	ID() string
+	// Workdir is the working directory as processes in the sandbox see it
+	// (what pwd prints there).
+	Workdir() string
+	// Start starts a process in the sandbox. The sandbox's limits apply. A
+	// program that cannot be found or executed is an error wrapping
+	// api.ErrNotFound or api.ErrPermissionDenied; anything else that keeps
+	// it from starting is an error too. A process that starts and then
+	// fails is not.
+	Start(ctx context.Context, p ProcessSpec) (Process, error)
+	// Close lets go of the sandbox when the daemon stops: processes that
+	// cannot outlive the daemon are stopped, files are kept, and Recover
+	// can re-adopt it later.
+	Close(ctx context.Context) error
+	// Destroy kills everything in the sandbox and frees all it holds. It is
+	// idempotent and must complete even if ctx is cancelled part way.
+	Destroy(ctx context.Context) error
+}
+
+// ProcessSpec describes a process to start.
+type ProcessSpec struct {
+	// Argv is the program and its arguments. argv[0] without a slash is
+	// looked up in the sandbox's PATH, not the daemon's.
+	Argv []string
+	// Env is added on top of the sandbox's environment.
+	Env map[string]string
+	// Dir is the working directory in sandbox terms; "" is the workdir.
+	Dir string
+	// TTY gives the process a terminal as its stdin, stdout and stderr, and
+	// makes it the leader of a new session. Stderr is unused then; write to
+	// the terminal with Process.Stdin.
+	TTY bool
+	// Stdin is copied to a non-TTY process's standard input, which is then
+	// closed; nil means the process reads EOF at once.
+	Stdin io.Reader
+	// Stdout and Stderr receive the output. Writes must not block for long:
+	// the process is never stalled on an unread pipe. They are called from
+	// one goroutine per stream. nil discards.
+	Stdout, Stderr io.Writer
+}
+
+// Process is a started process.
+type Process interface {
+	// Stdin writes to a TTY process's terminal; nil for other processes
+	// (they get ProcessSpec.Stdin).
+	Stdin() io.Writer
+	// Wait waits until the process has exited and all its output has been
+	// delivered to Stdout and Stderr, or ctx ends (then it returns ctx's
+	// error and the process keeps running). It may be called many times.
+	Wait(ctx context.Context) (ExitStatus, error)
+	// Signal sends sig to the process itself.
+	Signal(sig syscall.Signal) error
+	// Kill kills the process and everything it started, including children
+	// that left its process group or session, as far as the backend can
+	// track them (a cgroup of its own where one can be made).
+	Kill() error
+}
+
+// Terminal is implemented by TTY processes whose terminal the backend
+// controls.
+type Terminal interface {
+	// SignalForeground sends sig to the terminal's foreground process group
+	// when that group is not the started process's own; it reports whether
+	// it sent anything.
+	SignalForeground(sig syscall.Signal) (bool, error)
+	// Quiet turns off echo and CR-LF translation on the terminal, so output
+	// is the program's bytes only. Programs may turn them back on; callers
+	// re-assert before each command.
+	Quiet() error
+}
+
+// ExitStatus is how a process ended.
+type ExitStatus struct {
+	// Code is the exit code, or 128+N when killed by signal N.
+	Code int
+	// Signal is the signal that killed the process, 0 if none.
+	Signal syscall.Signal
+	// OOMKilled is set when the kernel's OOM killer killed it.
+	OOMKilled bool
+}
+
+// AgentEnv is the environment every sandbox starts from, whatever its
+// backend: what a non-interactive agent needs (no pagers, no colours, no
+// prompts that wait for a human) and nothing of the daemon's own.
+func AgentEnv() map[string]string {
+	return map[string]string{
+		"PATH":                          "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"LANG":                          "C.UTF-8",
+		"SHELL":                         "/bin/bash",
+		"TERM":                          "dumb",
+		"NO_COLOR":                      "1",
+		"PAGER":                         "cat",
+		"GIT_PAGER":                     "cat",
+		"MANPAGER":                      "cat",
+		"SYSTEMD_PAGER":                 "",
+		"GIT_TERMINAL_PROMPT":           "0",
+		"DEBIAN_FRONTEND":               "noninteractive",
+		"PYTHONUNBUFFERED":              "1",
+		"PIP_DISABLE_PIP_VERSION_CHECK": "1",
+	}
+}
