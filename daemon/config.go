@@ -1,0 +1,268 @@
+package daemon
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/pelletier/go-toml/v2"
+	"github.com/sandboxd/sandboxd/api"
+)
+
+// Config is the daemon's configuration: the TOML file (see docs/config.md),
+// then flags on top. Every field has a working default (DefaultConfig).
+type Config struct {
+	// StateDir holds event logs, metadata, workspaces and the token.
+	StateDir string `toml:"state_dir"`
+	// Listen lists listeners: tcp://HOST:PORT or unix:///PATH.
+	Listen []string `toml:"listen"`
+	// TokenFile holds the API token; "" means SANDBOXD_TOKEN, or a token
+	// generated at first start in <state_dir>/token.
+	TokenFile string `toml:"token_file"`
+	// AllowInsecureListen permits TCP listeners on non-loopback addresses
+	// without TLS. Anyone on the network who can see the token can then
+	// run code on this host.
+	AllowInsecureListen bool `toml:"allow_insecure_listen"`
+	// TLSCert and TLSKey turn on TLS for every TCP listener.
+	TLSCert string `toml:"tls_cert"`
+	TLSKey  string `toml:"tls_key"`
+	// MaxBodyBytes caps request bodies (actions); larger ones get 413.
+	MaxBodyBytes int64 `toml:"max_body_bytes"`
+	// ShutdownGrace is how long a graceful shutdown lets running actions
+	// finish before stopping them.
+	ShutdownGrace Duration `toml:"shutdown_grace"`
+	// LogLevel is debug, info, warn or error; LogFormat is text or json.
+	LogLevel  string `toml:"log_level"`
+	LogFormat string `toml:"log_format"`
+
+	Sandbox SandboxConfig `toml:"sandbox"`
+	Limits  LimitsConfig  `toml:"limits"`
+	Process ProcessConfig `toml:"process"`
+	Bash    BashConfig    `toml:"bash"`
+	Exec    ExecConfig    `toml:"exec"`
+}
+
+// SandboxConfig bounds sandboxes.
+type SandboxConfig struct {
+	// IdleTimeout destroys a sandbox that received no action for this long
+	// (0: never), unless its create request asks otherwise.
+	IdleTimeout Duration `toml:"idle_timeout"`
+	// MaxIdleTimeout caps what a create request may ask for.
+	MaxIdleTimeout Duration `toml:"max_idle_timeout"`
+	// MaxSandboxes caps how many sandboxes may exist at once.
+	MaxSandboxes int `toml:"max_sandboxes"`
+}
+
+// Limit is one sandbox limit set (defaults or maxima).
+type Limit struct {
+	MemoryMB    int64   `toml:"memory_mb"`
+	Pids        int64   `toml:"pids"`
+	CPUs        float64 `toml:"cpus"`
+	DiskMB      int64   `toml:"disk_mb"`
+	OutputBytes int64   `toml:"output_bytes"`
+}
+
+func (l Limit) api() api.Limits {
+	return api.Limits{MemoryMB: l.MemoryMB, Pids: l.Pids, CPUs: l.CPUs, DiskMB: l.DiskMB, OutputBytes: l.OutputBytes}
+}
+
+// LimitsConfig holds the limits a sandbox gets when its request names none,
+// and the most it may ask for.
+type LimitsConfig struct {
+	Default Limit `toml:"default"`
+	Max     Limit `toml:"max"`
+}
+
+// ProcessConfig configures the process backend.
+type ProcessConfig struct {
+	// UserIsolation runs each sandbox as a uid of its own; it needs root.
+	// Unset: on when the daemon runs as root.
+	UserIsolation *bool `toml:"user_isolation"`
+	// UIDBase is the first of the uids given to sandboxes.
+	UIDBase int `toml:"uid_base"`
+	// UIDLockDir coordinates uids between daemons on one host.
+	UIDLockDir string `toml:"uid_lock_dir"`
+	// Cgroups places sandbox processes in cgroups when the daemon can.
+	Cgroups bool `toml:"cgroups"`
+	// CgroupParent is the cgroup2 path to create sandbox cgroups under;
+	// "" is a child of the daemon's own cgroup named after the state dir.
+	CgroupParent string `toml:"cgroup_parent"`
+}
+
+// BashConfig configures run actions.
+type BashConfig struct {
+	DefaultTimeout Duration `toml:"default_timeout"`
+	MaxOutputChars int      `toml:"max_output_chars"`
+}
+
+// ExecConfig configures exec actions.
+type ExecConfig struct {
+	DefaultTimeout Duration `toml:"default_timeout"`
+	MaxStreamBytes int      `toml:"max_stream_bytes"`
+}
+
+// Duration is a time.Duration written as a Go duration string ("30s").
+type Duration time.Duration
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	if v < 0 {
+		return fmt.Errorf("duration %q is negative", b)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// DefaultConfig returns the configuration used when no file sets anything.
+// Paths follow who runs the daemon: FHS paths for root, XDG ones otherwise.
+func DefaultConfig() Config {
+	root := os.Geteuid() == 0
+	c := Config{
+		StateDir:      defaultStateDir(root),
+		Listen:        defaultListen(root),
+		MaxBodyBytes:  16 << 20,
+		ShutdownGrace: Duration(10 * time.Second),
+		LogLevel:      "info",
+		LogFormat:     "text",
+		Sandbox: SandboxConfig{
+			IdleTimeout:    Duration(time.Hour),
+			MaxIdleTimeout: Duration(7 * 24 * time.Hour),
+			MaxSandboxes:   1000,
+		},
+		Limits: LimitsConfig{
+			Default: Limit{MemoryMB: 2048, Pids: 1024, OutputBytes: 64 << 20},
+			Max:     Limit{MemoryMB: 64 << 10, Pids: 32768, CPUs: 0, DiskMB: 1 << 20, OutputBytes: 1 << 30},
+		},
+		Process: ProcessConfig{
+			UIDBase:    2_000_000_000,
+			UIDLockDir: defaultUIDLockDir(root),
+			Cgroups:    true,
+		},
+		Bash: BashConfig{DefaultTimeout: Duration(30 * time.Second), MaxOutputChars: 30000},
+		Exec: ExecConfig{DefaultTimeout: Duration(60 * time.Second), MaxStreamBytes: 1 << 20},
+	}
+	return c
+}
+
+func defaultStateDir(root bool) string {
+	if root {
+		return "/var/lib/sandboxd"
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "sandboxd")
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".local", "state", "sandboxd")
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("sandboxd-%d", os.Geteuid()))
+}
+
+// DefaultSocket returns the default unix socket path ("" if none).
+func DefaultSocket() string { return defaultSocket(os.Geteuid() == 0) }
+
+func defaultSocket(root bool) string {
+	if root {
+		return "/run/sandboxd/sandboxd.sock"
+	}
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "sandboxd.sock")
+	}
+	return ""
+}
+
+func defaultListen(root bool) []string {
+	l := []string{"tcp://127.0.0.1:7070"}
+	if s := defaultSocket(root); s != "" {
+		l = append(l, "unix://"+s)
+	}
+	return l
+}
+
+func defaultUIDLockDir(root bool) string {
+	if root {
+		return "/run/sandboxd/uids"
+	}
+	return ""
+}
+
+// LoadConfig reads a TOML config file over the defaults. Unknown keys are
+// errors that name the key and its line.
+func LoadConfig(path string) (Config, error) {
+	c := DefaultConfig()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return c, err
+	}
+	if err := DecodeConfig(data, &c); err != nil {
+		return c, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// DecodeConfig decodes TOML over c, strictly.
+func DecodeConfig(data []byte, c *Config) error {
+	dec := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields()
+	err := dec.Decode(c)
+	var strict *toml.StrictMissingError
+	var de *toml.DecodeError
+	switch {
+	case errors.As(err, &strict):
+		var msgs []string
+		for _, e := range strict.Errors {
+			row, _ := e.Position()
+			msgs = append(msgs, fmt.Sprintf("line %d: unknown key %q", row, strings.Join(e.Key(), ".")))
+		}
+		return errors.New(strings.Join(msgs, "; "))
+	case errors.As(err, &de):
+		row, col := de.Position()
+		return fmt.Errorf("line %d, column %d: %v", row, col, err)
+	}
+	return err
+}
+
+// Validate checks the configuration as a whole.
+func (c *Config) Validate() error {
+	if c.StateDir == "" {
+		return errors.New("state_dir is empty")
+	}
+	if len(c.Listen) == 0 {
+		return errors.New("no listeners: set listen (tcp://HOST:PORT or unix:///PATH)")
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return errors.New("tls_cert and tls_key go together")
+	}
+	if c.MaxBodyBytes <= 0 {
+		return errors.New("max_body_bytes must be positive")
+	}
+	if c.Sandbox.MaxSandboxes <= 0 {
+		return errors.New("sandbox.max_sandboxes must be positive")
+	}
+	if c.Bash.MaxOutputChars < 100 || c.Exec.MaxStreamBytes < 100 {
+		return errors.New("bash.max_output_chars and exec.max_stream_bytes must be at least 100")
+	}
+	for _, l := range []Limit{c.Limits.Default, c.Limits.Max} {
+		if l.MemoryMB < 0 || l.Pids < 0 || l.CPUs < 0 || l.DiskMB < 0 || l.OutputBytes < 0 {
+			return errors.New("limits must not be negative")
+		}
+	}
+	switch c.LogFormat {
+	case "text", "json":
+	default:
+		return fmt.Errorf("log_format must be text or json, not %q", c.LogFormat)
+	}
+	return nil
+}

@@ -1,0 +1,442 @@
+package daemon
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandboxd/api"
+	"github.com/sandboxd/sandboxd/daemon/eventlog"
+	"github.com/valyala/fasthttp"
+	"golang.org/x/sys/unix"
+)
+
+func umask(m int) int { return unix.Umask(m) }
+
+// newServer returns a fasthttp server for one kind of listener.
+func (d *Daemon) newServer(auth bool) *fasthttp.Server {
+	h := d.handle
+	if auth {
+		h = d.authenticate(h)
+	}
+	return &fasthttp.Server{
+		Name:               "sandboxd",
+		Handler:            d.recoverPanics(h),
+		ErrorHandler:       d.requestError,
+		MaxRequestBodySize: int(d.cfg.MaxBodyBytes),
+		// Request headers beyond the read buffer get 431.
+		ReadBufferSize: 16 << 10,
+		// Slow clients: the whole request must arrive in ReadTimeout; an
+		// idle keep-alive connection is closed after IdleTimeout. Writes
+		// of streamed answers have per-write deadlines instead of one
+		// WriteTimeout, which would cut long streams.
+		ReadTimeout:          60 * time.Second,
+		IdleTimeout:          120 * time.Second,
+		CloseOnShutdown:      true,
+		NoDefaultDate:        true,
+		NoDefaultContentType: true,
+		Logger:               fasthttpLogger{d},
+	}
+}
+
+// fasthttpLogger sends fasthttp's own messages (broken connections and the
+// like) to the daemon's log at debug level.
+type fasthttpLogger struct{ d *Daemon }
+
+func (l fasthttpLogger) Printf(format string, args ...any) {
+	l.d.log.Debug(fmt.Sprintf(format, args...), "component", "http")
+}
+
+// requestError answers requests fasthttp could not read.
+func (d *Daemon) requestError(ctx *fasthttp.RequestCtx, err error) {
+	var small *fasthttp.ErrSmallBuffer
+	var ne net.Error
+	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		writeError(ctx, api.Errorf(api.ErrTooLarge, "the request body is larger than %d bytes", d.cfg.MaxBodyBytes))
+	case errors.As(err, &small):
+		// The one status outside the code table: RFC 6585's answer for
+		// oversized headers, with the too_large code.
+		writeJSON(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, api.ErrorBody{Error: api.ErrorInfo{Code: api.CodeTooLarge, Message: "the request headers are too large"}})
+	case errors.As(err, &ne) && ne.Timeout():
+		writeJSON(ctx, fasthttp.StatusRequestTimeout, api.ErrorBody{Error: api.ErrorInfo{Code: api.CodeDeadlineExceeded, Message: "the request did not arrive in time"}})
+	default:
+		writeError(ctx, api.Errorf(api.ErrInvalidArgument, "malformed HTTP request: %v", err))
+	}
+}
+
+// recoverPanics turns a panic in a handler into a 500 for that request; the
+// daemon keeps serving. (fasthttp does not recover.)
+func (d *Daemon) recoverPanics(h fasthttp.RequestHandler) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		defer func() {
+			if r := recover(); r != nil {
+				d.log.Error("panic in handler", "path", string(ctx.Path()), "panic", r, "stack", string(debug.Stack()))
+				ctx.Response.Reset()
+				writeError(ctx, api.Errorf(api.ErrInternal, "internal error while handling the request"))
+			}
+		}()
+		h(ctx)
+		d.metrics.request(ctx.Response.StatusCode())
+	}
+}
+
+// authenticate requires the bearer token on every path but /v1/health.
+func (d *Daemon) authenticate(h fasthttp.RequestHandler) fasthttp.RequestHandler {
+	want := []byte("Bearer " + d.token)
+	return func(ctx *fasthttp.RequestCtx) {
+		if string(ctx.Path()) != "/v1/health" {
+			got := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)
+			if len(got) == 0 {
+				writeError(ctx, api.Errorf(api.ErrUnauthenticated, "missing Authorization: Bearer <token> header"))
+				return
+			}
+			if subtle.ConstantTimeCompare(got, want) != 1 {
+				writeError(ctx, api.Errorf(api.ErrUnauthenticated, "wrong token"))
+				return
+			}
+		}
+		h(ctx)
+	}
+}
+
+// handle routes a request.
+func (d *Daemon) handle(ctx *fasthttp.RequestCtx) {
+	path := string(ctx.Path())
+	method := string(ctx.Method())
+	switch path {
+	case "/v1/health":
+		if onlyMethod(ctx, method, "GET") {
+			writeJSON(ctx, 200, api.Health{Status: "ok"})
+		}
+		return
+	case "/v1/info":
+		if onlyMethod(ctx, method, "GET") {
+			writeJSON(ctx, 200, d.info(ctx))
+		}
+		return
+	case "/metrics":
+		if onlyMethod(ctx, method, "GET") {
+			d.serveMetrics(ctx)
+		}
+		return
+	case "/v1/sandboxes":
+		switch method {
+		case "GET":
+			writeJSON(ctx, 200, api.SandboxList{Sandboxes: d.mgr.list()})
+		case "POST":
+			d.createSandbox(ctx)
+		default:
+			onlyMethod(ctx, method, "GET", "POST")
+		}
+		return
+	}
+	rest, ok := strings.CutPrefix(path, "/v1/sandboxes/")
+	if !ok {
+		writeError(ctx, api.Errorf(api.ErrNotFound, "no such endpoint: %s", path))
+		return
+	}
+	parts := strings.Split(rest, "/")
+	id := parts[0]
+	if !idRE.MatchString(id) {
+		writeError(ctx, api.Errorf(api.ErrNotFound, "sandbox %q does not exist", id))
+		return
+	}
+	switch {
+	case len(parts) == 1:
+		switch method {
+		case "GET":
+			s, err := d.mgr.get(id)
+			if err != nil {
+				writeError(ctx, err)
+				return
+			}
+			writeJSON(ctx, 200, s.view())
+		case "DELETE":
+			if err := d.mgr.delete(ctx, id, "deleted by a client"); err != nil {
+				writeError(ctx, err)
+				return
+			}
+			ctx.SetStatusCode(fasthttp.StatusNoContent)
+		default:
+			onlyMethod(ctx, method, "GET", "DELETE")
+		}
+	case len(parts) == 2 && parts[1] == "actions":
+		if onlyMethod(ctx, method, "POST") {
+			d.action(ctx, id)
+		}
+	case len(parts) == 2 && parts[1] == "events":
+		if onlyMethod(ctx, method, "GET") {
+			d.events(ctx, id)
+		}
+	case len(parts) == 4 && parts[1] == "events" && parts[3] == "output":
+		if onlyMethod(ctx, method, "GET") {
+			d.output(ctx, id, parts[2])
+		}
+	default:
+		writeError(ctx, api.Errorf(api.ErrNotFound, "no such endpoint: %s", path))
+	}
+}
+
+// onlyMethod answers a wrong method and reports whether method is allowed.
+func onlyMethod(ctx *fasthttp.RequestCtx, method string, allowed ...string) bool {
+	for _, m := range allowed {
+		if method == m {
+			return true
+		}
+	}
+	ctx.Response.Header.Set("Allow", strings.Join(allowed, ", "))
+	writeError(ctx, api.Errorf(api.ErrInvalidArgument, "method %s is not allowed on %s (use %s)", method, ctx.Path(), strings.Join(allowed, " or ")))
+	return false
+}
+
+func (d *Daemon) createSandbox(ctx *fasthttp.RequestCtx) {
+	req, err := api.DecodeCreateSandbox(ctx.PostBody())
+	if err != nil {
+		writeError(ctx, err)
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sb, err := d.mgr.create(cctx, req)
+	if err != nil {
+		writeError(ctx, err)
+		return
+	}
+	ctx.Response.Header.Set("Location", "/v1/sandboxes/"+sb.ID)
+	writeJSON(ctx, fasthttp.StatusCreated, sb)
+}
+
+// commitAfter is how long a streamed action may run quietly before its
+// answer is committed as 200; refusals (409, ...) come well before.
+const commitAfter = 100 * time.Millisecond
+
+// action runs POST /v1/sandboxes/{id}/actions.
+func (d *Daemon) action(ctx *fasthttp.RequestCtx, id string) {
+	a, err := api.DecodeAction(ctx.PostBody())
+	if err != nil {
+		writeError(ctx, err)
+		return
+	}
+	s, err := d.mgr.get(id)
+	if err != nil {
+		writeError(ctx, err)
+		return
+	}
+	if !acceptsNDJSON(ctx) {
+		obs, err := s.act(a, nil)
+		if err != nil {
+			writeError(ctx, err)
+			return
+		}
+		writeJSON(ctx, 200, obs)
+		return
+	}
+	live := newLiveStream()
+	type result struct {
+		obs api.Observation
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		obs, err := s.act(a, live)
+		done <- result{obs, err}
+	}()
+	finish := func(r result) {
+		if r.err != nil {
+			info := errorInfo(r.err)
+			live.finish(mustLine(api.StreamLine{Type: api.LineError, Error: &info}))
+			return
+		}
+		live.finish(mustLine(api.StreamLine{Type: api.LineObservation, Observation: &r.obs}))
+	}
+	timer := time.NewTimer(commitAfter)
+	defer timer.Stop()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			// Nothing was streamed yet: a plain error answer.
+			writeError(ctx, r.err)
+			return
+		}
+		finish(r)
+	case <-live.started:
+		go func() { finish(<-done) }()
+	case <-timer.C:
+		go func() { finish(<-done) }()
+	}
+	conn := ctx.Conn()
+	ctx.SetStatusCode(200)
+	ctx.SetContentType("application/x-ndjson")
+	ctx.SetBodyStreamWriter(d.streamWriter(func(w *bufio.Writer) { live.writeTo(w, conn) }))
+}
+
+// streamWriter guards a body stream writer: fasthttp runs it after the
+// handler returned, outside recoverPanics.
+func (d *Daemon) streamWriter(f func(w *bufio.Writer)) func(w *bufio.Writer) {
+	return func(w *bufio.Writer) {
+		defer func() {
+			if r := recover(); r != nil {
+				d.log.Error("panic in stream writer", "panic", r, "stack", string(debug.Stack()))
+			}
+		}()
+		f(w)
+	}
+}
+
+func acceptsNDJSON(ctx *fasthttp.RequestCtx) bool {
+	return bytes.Contains(ctx.Request.Header.Peek(fasthttp.HeaderAccept), []byte("application/x-ndjson"))
+}
+
+func mustLine(l api.StreamLine) []byte {
+	b, err := jsonMarshal(l)
+	if err != nil {
+		info := api.ErrorInfo{Code: api.CodeInternal, Message: "encode answer: " + err.Error()}
+		b, _ = jsonMarshal(api.StreamLine{Type: api.LineError, Error: &info})
+	}
+	return append(b, '\n')
+}
+
+// events serves GET /v1/sandboxes/{id}/events?after=SEQ&follow=1.
+func (d *Daemon) events(ctx *fasthttp.RequestCtx, id string) {
+	args := ctx.QueryArgs()
+	var after int64
+	if v := args.Peek("after"); len(v) > 0 {
+		n, err := strconv.ParseInt(string(v), 10, 64)
+		if err != nil || n < 0 {
+			writeError(ctx, api.Errorf(api.ErrInvalidArgument, "query parameter \"after\" must be a seq number >= 0, not %q", v))
+			return
+		}
+		after = n
+	}
+	follow := false
+	if v := string(args.Peek("follow")); v != "" {
+		switch v {
+		case "1", "true":
+			follow = true
+		case "0", "false":
+		default:
+			writeError(ctx, api.Errorf(api.ErrInvalidArgument, "query parameter \"follow\" must be 1 or 0, not %q", v))
+			return
+		}
+	}
+	s, err := d.mgr.get(id)
+	if err != nil {
+		writeError(ctx, err)
+		return
+	}
+	conn := ctx.Conn()
+	ctx.SetStatusCode(200)
+	ctx.SetContentType("application/x-ndjson")
+	ctx.SetBodyStreamWriter(d.streamWriter(func(w *bufio.Writer) {
+		write := func(_ int64, ev []byte) error {
+			deadline(conn)
+			if _, err := w.Write(ev); err != nil {
+				return err
+			}
+			return w.WriteByte('\n')
+		}
+		last, err := s.log.Each(after, write)
+		if err != nil || !follow {
+			w.Flush()
+			return
+		}
+		heartbeat := time.NewTicker(heartbeatEvery)
+		defer heartbeat.Stop()
+		for {
+			ch := s.log.Changed()
+			if last, err = s.log.Each(last, write); err != nil {
+				if errors.Is(err, eventlog.ErrClosed) {
+					w.WriteString(endLine(d.stopping.Load()))
+				}
+				w.Flush()
+				return
+			}
+			deadline(conn)
+			if err := w.Flush(); err != nil {
+				return
+			}
+			select {
+			case <-ch:
+			case <-heartbeat.C:
+				deadline(conn)
+				w.WriteString(`{"type":"heartbeat"}` + "\n")
+				if err := w.Flush(); err != nil {
+					return
+				}
+			case <-s.gone:
+				// Deleted, or the daemon is stopping: any last events were
+				// appended before gone closed only if they raced; read them.
+				s.log.Each(last, write)
+				w.WriteString(endLine(d.stopping.Load()))
+				w.Flush()
+				return
+			case <-d.stop:
+				w.WriteString(endLine(true))
+				w.Flush()
+				return
+			}
+		}
+	}))
+}
+
+func endLine(shutdown bool) string {
+	reason := "the sandbox was deleted"
+	if shutdown {
+		reason = "the daemon is shutting down"
+	}
+	return `{"type":"end","reason":"` + reason + `"}` + "\n"
+}
+
+// output serves GET /v1/sandboxes/{id}/events/{seq}/output?stream=: the
+// full recorded output of an action.
+func (d *Daemon) output(ctx *fasthttp.RequestCtx, id, seqs string) {
+	seq, err := strconv.ParseInt(seqs, 10, 64)
+	if err != nil || seq < 1 {
+		writeError(ctx, api.Errorf(api.ErrInvalidArgument, "%q is not an event seq", seqs))
+		return
+	}
+	stream := string(ctx.QueryArgs().Peek("stream"))
+	switch stream {
+	case "", api.StreamStdout, api.StreamStderr, api.StreamPTY:
+	default:
+		writeError(ctx, api.Errorf(api.ErrInvalidArgument, "query parameter \"stream\" must be stdout, stderr or pty, not %q", stream))
+		return
+	}
+	s, err := d.mgr.get(id)
+	if err != nil {
+		writeError(ctx, err)
+		return
+	}
+	if _, err := s.log.Event(seq); err != nil {
+		writeError(ctx, err)
+		return
+	}
+	conn := ctx.Conn()
+	ctx.SetStatusCode(200)
+	ctx.SetContentType("application/octet-stream")
+	ctx.SetBodyStreamWriter(d.streamWriter(func(w *bufio.Writer) {
+		deadline(conn)
+		_, _ = s.log.Output(seq, stream, deadlineWriter{w, conn})
+		w.Flush()
+	}))
+}
+
+// deadlineWriter renews the write deadline before each write.
+type deadlineWriter struct {
+	w    *bufio.Writer
+	conn net.Conn
+}
+
+func (d deadlineWriter) Write(p []byte) (int, error) {
+	deadline(d.conn)
+	return d.w.Write(p)
+}
