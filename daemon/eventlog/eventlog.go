@@ -76,6 +76,7 @@ type Log struct {
 	changed   chan struct{}     // closed and replaced on every event append
 	closed    bool
 	unwritten int64 // output bytes since the last writeback was started
+	wbFrom    int64 // where the bytes not yet handed to writeback begin
 
 	syncMu sync.Mutex
 	synced int64
@@ -221,7 +222,7 @@ func checksum(typ byte, payload []byte) uint32 {
 
 // Pending returns the actions that had no result when the log was opened:
 // actions in flight when the previous daemon stopped.
-func (l *Log) Pending() []int64 { return l.pending }
+func (l *Log) Pending() []int64 { return slices.Clone(l.pending) }
 
 // LastSeq returns the seq of the last event, 0 if there is none.
 func (l *Log) LastSeq() int64 {
@@ -290,7 +291,7 @@ func (l *Log) Append(ev *api.Event) (int64, error) {
 func (l *Log) AppendOutput(cause int64, stream string, p []byte) error {
 	code, ok := streamCodes[stream]
 	if !ok {
-		return fmt.Errorf("unknown stream %q", stream)
+		return api.Errorf(api.ErrInvalidArgument, "unknown stream %q (stdout, stderr or pty)", stream)
 	}
 	var prefix [9]byte
 	binary.LittleEndian.PutUint64(prefix[:], uint64(cause))
@@ -309,8 +310,8 @@ func (l *Log) AppendOutput(cause int64, stream string, p []byte) error {
 	if l.unwritten >= writebackEvery {
 		// Start writeback without waiting for it (best effort: the
 		// fdatasync in Sync is what guarantees durability).
-		_ = unix.SyncFileRange(int(l.f.Fd()), l.size-l.unwritten, l.unwritten, unix.SYNC_FILE_RANGE_WRITE)
-		l.unwritten = 0
+		_ = unix.SyncFileRange(int(l.f.Fd()), l.wbFrom, l.size-l.wbFrom, unix.SYNC_FILE_RANGE_WRITE)
+		l.unwritten, l.wbFrom = 0, l.size
 	}
 	return nil
 }
@@ -378,9 +379,18 @@ func (l *Log) Sync() error {
 	if l.synced >= target {
 		return nil
 	}
+	// Close takes syncMu before it closes the file, so the descriptor is
+	// still ours here; but the log may have been closed (and fully synced)
+	// while this caller waited.
 	l.mu.Lock()
-	end := l.size
+	end, closed := l.size, l.closed
 	l.mu.Unlock()
+	if closed {
+		if l.synced >= target {
+			return nil
+		}
+		return ErrClosed
+	}
 	if err := unix.Fdatasync(int(l.f.Fd())); err != nil {
 		return fmt.Errorf("sync event log: %w", err)
 	}
@@ -403,17 +413,30 @@ func (l *Log) Event(seq int64) ([]byte, error) {
 func (l *Log) readRecord(off int64, want byte) ([]byte, error) {
 	hdr := make([]byte, headerSize)
 	if _, err := l.f.ReadAt(hdr, off); err != nil {
-		return nil, err
+		return nil, closedOr(err)
 	}
 	n := binary.LittleEndian.Uint32(hdr[0:4])
+	if n > MaxRecord {
+		return nil, fmt.Errorf("event log %s: record at %d is corrupt: %w", l.path, off, errCorrupt)
+	}
 	payload := make([]byte, n)
 	if _, err := l.f.ReadAt(payload, off+headerSize); err != nil {
-		return nil, err
+		return nil, closedOr(err)
 	}
 	if hdr[8] != want || checksum(hdr[8], payload) != binary.LittleEndian.Uint32(hdr[4:8]) {
-		return nil, fmt.Errorf("event log %s: record at %d is corrupt", l.path, off)
+		return nil, fmt.Errorf("event log %s: record at %d is corrupt: %w", l.path, off, errCorrupt)
 	}
 	return payload, nil
+}
+
+var errCorrupt = errors.New("checksum mismatch")
+
+// closedOr maps the error of a read on a file Close shut to ErrClosed.
+func closedOr(err error) error {
+	if errors.Is(err, os.ErrClosed) {
+		return ErrClosed
+	}
+	return err
 }
 
 // Changed returns a channel that is closed when the next event is appended
@@ -428,7 +451,7 @@ func (l *Log) Changed() <-chan struct{} {
 // including events appended while it runs. It stops at the end of the log
 // (or when fn fails).
 func (l *Log) Each(after int64, fn func(seq int64, event []byte) error) (last int64, err error) {
-	last = after
+	last = max(after, 0)
 	for {
 		l.mu.Lock()
 		if l.closed {
@@ -482,8 +505,15 @@ func (l *Log) Output(cause int64, stream string, w io.Writer) (int64, error) {
 	offs := append([]int64(nil), l.outputs[cause]...)
 	l.mu.Unlock()
 	var total int64
+	var corrupt int
 	for _, off := range offs {
 		p, err := l.readRecord(off, recOutput)
+		if errors.Is(err, errCorrupt) {
+			// Output records are only checksummed when read (Open checks
+			// the tail); one lost to a crash must not hide the rest.
+			corrupt++
+			continue
+		}
 		if err != nil {
 			return total, err
 		}
@@ -496,6 +526,9 @@ func (l *Log) Output(cause int64, stream string, w io.Writer) (int64, error) {
 			return total, err
 		}
 	}
+	if corrupt > 0 {
+		return total, fmt.Errorf("event log %s: %d corrupt output records of action %d were skipped: %w", l.path, corrupt, cause, errCorrupt)
+	}
 	return total, nil
 }
 
@@ -506,21 +539,30 @@ func (l *Log) Size() int64 {
 	return l.size
 }
 
-// Close syncs and closes the log. Followers are woken and end.
+// Close syncs and closes the log. Appends after it (or racing it) fail with
+// ErrClosed; followers are woken and end.
 func (l *Log) Close() error {
-	serr := l.Sync()
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.closed {
+		l.mu.Unlock()
 		return nil
 	}
+	// From here on nothing is appended, so the sync below covers all.
 	l.closed = true
 	close(l.changed)
-	cerr := l.f.Close()
-	if errors.Is(serr, ErrClosed) {
-		serr = nil
+	end := l.size
+	l.mu.Unlock()
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	var serr error
+	if l.synced < end {
+		if serr = unix.Fdatasync(int(l.f.Fd())); serr == nil {
+			l.synced = end
+		} else {
+			serr = fmt.Errorf("sync event log: %w", serr)
+		}
 	}
-	return errors.Join(serr, cerr)
+	return errors.Join(serr, l.f.Close())
 }
 
 func syncDir(dir string) error {
