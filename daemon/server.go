@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"runtime/debug"
 	"strconv"
@@ -32,6 +33,9 @@ func (d *Daemon) newServer(auth bool) *fasthttp.Server {
 		Handler:            d.recoverPanics(h),
 		ErrorHandler:       d.requestError,
 		MaxRequestBodySize: int(d.cfg.MaxBodyBytes),
+		// Bodies reach handlers as streams, so an oversized one can be
+		// answered 413 (see readBody) instead of a reset connection.
+		StreamRequestBody: true,
 		// Request headers beyond the read buffer get 431.
 		ReadBufferSize: 16 << 10,
 		// Slow clients: the whole request must arrive in ReadTimeout; an
@@ -198,8 +202,39 @@ func onlyMethod(ctx *fasthttp.RequestCtx, method string, allowed ...string) bool
 	return false
 }
 
+// drainLimit bounds how much of an oversized body is read and dropped so
+// that its sender gets to read the 413.
+const drainLimit = 64 << 20
+
+// readBody reads the request body, up to the configured limit. An oversized
+// body is drained (up to drainLimit) before the 413, because closing a
+// connection with unread data makes the kernel reset it, and the client
+// would see a broken connection instead of the answer.
+func (d *Daemon) readBody(ctx *fasthttp.RequestCtx) ([]byte, error) {
+	r := ctx.RequestBodyStream()
+	if r == nil {
+		return ctx.PostBody(), nil
+	}
+	max := d.cfg.MaxBodyBytes
+	b, err := io.ReadAll(io.LimitReader(r, max+1))
+	if err != nil {
+		return nil, api.Errorf(api.ErrInvalidArgument, "read request body: %v", err)
+	}
+	if int64(len(b)) > max {
+		_, _ = io.CopyN(io.Discard, r, drainLimit)
+		ctx.SetConnectionClose()
+		return nil, api.Errorf(api.ErrTooLarge, "the request body is larger than %d bytes", max)
+	}
+	return b, nil
+}
+
 func (d *Daemon) createSandbox(ctx *fasthttp.RequestCtx) {
-	req, err := api.DecodeCreateSandbox(ctx.PostBody())
+	body, err := d.readBody(ctx)
+	if err != nil {
+		writeError(ctx, err)
+		return
+	}
+	req, err := api.DecodeCreateSandbox(body)
 	if err != nil {
 		writeError(ctx, err)
 		return
@@ -221,7 +256,12 @@ const commitAfter = 100 * time.Millisecond
 
 // action runs POST /v1/sandboxes/{id}/actions.
 func (d *Daemon) action(ctx *fasthttp.RequestCtx, id string) {
-	a, err := api.DecodeAction(ctx.PostBody())
+	body, err := d.readBody(ctx)
+	if err != nil {
+		writeError(ctx, err)
+		return
+	}
+	a, err := api.DecodeAction(body)
 	if err != nil {
 		writeError(ctx, err)
 		return

@@ -278,8 +278,10 @@ func newNonce() string {
 // function __sbx_p, run by PROMPT_COMMAND and after every command. It
 // prints a marker only when a command asked for one (__sbx_m), measuring
 // the cwd in bytes (LC_ALL=C), and never fails, even under set -e or -u.
+// It also clears the prompts every time, since scripts such as a venv's
+// activate set PS1, and a prompt is noise in an agent's output.
 func initScript(nonce string) string {
-	return `__sbx_p(){ local e=$? LC_ALL=C; [ -n "${__sbx_m-}" ] || return 0; __sbx_m=; printf '\033]697;%s;%d;%d;%s\007' "$__sbx_n" "$e" "${#PWD}" "$PWD"; return 0; };` +
+	return `__sbx_p(){ local e=$? LC_ALL=C; PS1= PS2= PS0=; [ -n "${__sbx_m-}" ] || return 0; __sbx_m=; printf '\033]697;%s;%d;%d;%s\007' "$__sbx_n" "$e" "${#PWD}" "$PWD"; return 0; };` +
 		` __sbx_n=` + nonce + `; PS1=; PS2=; PROMPT_COMMAND=__sbx_p; unset HISTFILE; set +o history; __sbx_m=1` + "\n"
 }
 
@@ -289,6 +291,7 @@ func (e *Executor) newSession(ctx context.Context, name string) (*session, error
 		log:     e.log,
 		changed: make(chan struct{}),
 		out:     &executors.Capture{Limit: e.cfg.MaxOutputChars / 2, Runes: true},
+		idle:    &executors.Capture{Limit: e.cfg.MaxOutputChars / 2, Runes: true},
 	}
 	nonce := newNonce()
 	s.parser = newMarkerParser(nonce)
@@ -354,7 +357,8 @@ type session struct {
 	waiters  int           // actions waiting on this session
 	cmdSink  executors.OutputSink
 	live     executors.OutputSink
-	out      *executors.Capture // output not yet returned
+	out      *executors.Capture // output of the running (or last) command not yet returned
+	idle     *executors.Capture // output that arrived while no command ran
 	exitCode int
 	cwd      string
 	timedOut bool
@@ -377,7 +381,13 @@ func (s *session) text(p []byte) {
 	if s.starting {
 		return
 	}
-	s.out.Write(p)
+	// Output after a command's marker (background jobs) is not that
+	// command's answer; a later empty run collects it.
+	if s.running {
+		s.out.Write(p)
+	} else {
+		s.idle.Write(p)
+	}
 	if s.cmdSink != nil {
 		s.cmdSink.Record(api.StreamPTY, p)
 	}
@@ -449,6 +459,9 @@ func (s *session) do(ctx context.Context, a *api.Action, out executors.OutputSin
 		}
 	case a.Command == "":
 		// Wait for the running command, or collect what is left.
+		if !s.running {
+			return s.collect(a.Kind), nil
+		}
 	default:
 		if s.running {
 			s.mu.Unlock()
@@ -460,6 +473,7 @@ func (s *session) do(ctx context.Context, a *api.Action, out executors.OutputSin
 			_ = s.term.Quiet()
 		}
 		s.out.Reset()
+		s.idle.Reset()
 		s.running, s.timedOut = true, false
 		s.gen++
 		s.cmdSink = out
@@ -508,6 +522,20 @@ wait:
 	obs := s.observation(kind)
 	s.mu.Unlock()
 	return obs, nil
+}
+
+// collect answers an empty run on an idle session: the output not yet
+// returned, including what arrived since the last command ended; s.mu is
+// held on entry and released.
+func (s *session) collect(kind string) api.Observation {
+	defer s.mu.Unlock()
+	obs := s.observation(kind)
+	if s.idle.Total() > 0 {
+		obs.Output += s.idle.String()
+		obs.Truncated = obs.Truncated || s.idle.Truncated()
+		s.idle.Reset()
+	}
+	return obs
 }
 
 // observation answers the session's state and the output not yet returned;

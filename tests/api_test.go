@@ -1,0 +1,259 @@
+package tests
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/api"
+	"github.com/sandboxd/sandboxd/client"
+)
+
+// rawRequest sends a request over TCP and returns status and body.
+func rawRequest(t *testing.T, d *daemon, method, path, token string, body []byte, header map[string]string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+d.tcp+path, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+func errorCode(t *testing.T, body []byte) api.Code {
+	t.Helper()
+	var eb api.ErrorBody
+	if err := json.Unmarshal(body, &eb); err != nil || eb.Error.Message == "" {
+		t.Fatalf("not an error body: %q", body)
+	}
+	return eb.Error.Code
+}
+
+func TestAuth(t *testing.T) {
+	d := startDaemon(t)
+	c := d.client()
+	id := newSandbox(t, c)
+	proof := filepath.Join(d.stateDir, "workspaces", id, "proof")
+	action, _ := json.Marshal(api.Run("touch proof"))
+
+	for _, tc := range []struct{ name, token string }{{"no token", ""}, {"wrong token", "x" + d.token[1:]}, {"prefix of token", d.token[:10]}} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, r := range []struct{ method, path string }{
+				{"POST", "/v1/sandboxes/" + id + "/actions"},
+				{"GET", "/v1/sandboxes"},
+				{"POST", "/v1/sandboxes"},
+				{"DELETE", "/v1/sandboxes/" + id},
+				{"GET", "/v1/info"},
+				{"GET", "/metrics"},
+				{"GET", "/v1/sandboxes/" + id + "/events"},
+			} {
+				status, body := rawRequest(t, d, r.method, r.path, tc.token, action, nil)
+				if status != 401 || errorCode(t, body) != api.CodeUnauthenticated {
+					t.Errorf("%s %s: %d %s", r.method, r.path, status, body)
+				}
+			}
+		})
+	}
+	if _, err := os.Stat(proof); !os.IsNotExist(err) {
+		t.Fatalf("an unauthenticated action ran: %v", err)
+	}
+	if sbs, _ := c.ListSandboxes(ctxT(t, 10*time.Second)); len(sbs) != 1 {
+		t.Fatalf("unauthenticated requests changed the sandboxes: %d", len(sbs))
+	}
+	// Health needs no token; everything else works with it, over TCP.
+	if status, _ := rawRequest(t, d, "GET", "/v1/health", "", nil, nil); status != 200 {
+		t.Fatalf("health without token: %d", status)
+	}
+	tc := d.tcpClient(d.token)
+	defer tc.Close()
+	wantRun(t, run(t, tc, id, "touch proof && echo ran"), 0, "ran\n")
+	bad := d.tcpClient("wrong-token-wrong-token")
+	defer bad.Close()
+	if _, err := bad.ListSandboxes(ctxT(t, 10*time.Second)); !errors.Is(err, client.ErrUnauthenticated) {
+		t.Fatalf("client with a wrong token: %v", err)
+	}
+}
+
+func TestBadRequests(t *testing.T) {
+	d := startDaemon(t)
+	c := d.client()
+	id := newSandbox(t, c)
+	proof := filepath.Join(d.stateDir, "workspaces", id, "proof")
+	path := "/v1/sandboxes/" + id + "/actions"
+	cases := []struct {
+		name   string
+		body   string
+		status int
+		code   api.Code
+		field  string // the message must name it
+	}{
+		{"unknown field", `{"kind":"run","command":"touch proof","comand":"x"}`, 400, api.CodeInvalidArgument, "comand"},
+		{"field of another kind", `{"kind":"run","command":"touch proof","argv":["x"]}`, 400, api.CodeInvalidArgument, "argv"},
+		{"unknown kind", `{"kind":"shell","command":"touch proof"}`, 400, api.CodeInvalidArgument, "shell"},
+		{"malformed JSON", `{"kind":"run","command":"touch proof"`, 400, api.CodeInvalidArgument, "JSON"},
+		{"wrong type", `{"kind":"run","command":"touch proof","timeout_s":"soon"}`, 400, api.CodeInvalidArgument, "timeout_s"},
+		{"negative timeout", `{"kind":"run","command":"touch proof","timeout_s":-1}`, 400, api.CodeInvalidArgument, "timeout_s"},
+		{"NUL in command", `{"kind":"run","command":"touch proof\u0000"}`, 400, api.CodeInvalidArgument, "command"},
+		{"invalid UTF-8", "{\"kind\":\"run\",\"command\":\"touch proof \xff\"}", 400, api.CodeInvalidArgument, "command"},
+		{"not an object", `["run"]`, 400, api.CodeInvalidArgument, "object"},
+		{"empty argv", `{"kind":"exec","argv":[]}`, 400, api.CodeInvalidArgument, "argv"},
+		{"not yet supported kind", `{"kind":"ipython","code":"open('proof','w')"}`, 501, api.CodeUnsupported, "ipython"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			status, body := rawRequest(t, d, "POST", path, d.token, []byte(tc.body), nil)
+			if status != tc.status || errorCode(t, body) != tc.code || !strings.Contains(string(body), tc.field) {
+				t.Fatalf("%d %s", status, body)
+			}
+		})
+	}
+	// Too large: 413 and nothing runs.
+	big, _ := json.Marshal(api.Run("touch proof # " + strings.Repeat("x", 17<<20)))
+	status, body := rawRequest(t, d, "POST", path, d.token, big, nil)
+	if status != 413 || errorCode(t, body) != api.CodeTooLarge {
+		t.Fatalf("large body: %d %s", status, body)
+	}
+	// Headers too large: 431.
+	status, _ = rawRequest(t, d, "GET", "/v1/info", d.token, nil, map[string]string{"X-Big": strings.Repeat("h", 64<<10)})
+	if status != 431 {
+		t.Fatalf("large header: %d", status)
+	}
+	// Create with bad fields.
+	for _, body := range []string{`{"backend":"kvm"}`, `{"limits":{"memory_mb":-1}}`, `{"nework":"none"}`, `{"network":"none"}`, `{"limits":{"disk_mb":10}}`} {
+		status, b := rawRequest(t, d, "POST", "/v1/sandboxes", d.token, []byte(body), nil)
+		if status != 400 && status != 501 {
+			t.Errorf("create %s: %d %s", body, status, b)
+		}
+	}
+	if _, err := os.Stat(proof); !os.IsNotExist(err) {
+		t.Fatalf("a refused action ran")
+	}
+	// The daemon is fine afterwards.
+	wantRun(t, run(t, c, id, "echo fine"), 0, "fine\n")
+}
+
+func TestSandboxLifecycle(t *testing.T) {
+	d := startDaemon(t)
+	c := d.client()
+	ctx := ctxT(t, 60*time.Second)
+
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Labels: map[string]string{"task": "t1"}, Limits: &api.Limits{MemoryMB: 512, Pids: 10 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.Backend != api.BackendProcess || sb.State != api.StateRunning || sb.Labels["task"] != "t1" || sb.Limits.MemoryMB != 512 || sb.Network != api.NetworkHost {
+		t.Fatalf("created %+v", sb)
+	}
+	in, _ := c.Info(ctx)
+	if sb.Limits.Pids != in.MaxLimits.Pids {
+		t.Fatalf("pids %d not clamped to the maximum %d", sb.Limits.Pids, in.MaxLimits.Pids)
+	}
+	got, err := c.GetSandbox(ctx, sb.ID)
+	if err != nil || got.ID != sb.ID || got.Workdir != sb.Workdir {
+		t.Fatalf("get: %+v %v", got, err)
+	}
+	if o := run(t, c, sb.ID, "pwd"); o.Output != sb.Workdir+"\n" {
+		t.Fatalf("pwd %q, workdir %q", o.Output, sb.Workdir)
+	}
+	if fi, err := os.Stat(sb.Workdir); err != nil || !fi.IsDir() {
+		t.Fatalf("workspace: %v", err)
+	}
+	marker := "sbxlife" + randomHex(4)
+	run(t, c, sb.ID, fmt.Sprintf("(setsid bash -c 'exec -a %s sleep 300' &) ; sleep 0.1", marker))
+	if len(processesOf(marker)) == 0 {
+		t.Fatal("background process did not start")
+	}
+	if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "sandbox processes gone after delete", func() bool { return len(processesOf(marker)) == 0 })
+	if _, err := os.Stat(sb.Workdir); !os.IsNotExist(err) {
+		t.Fatalf("workspace left after delete: %v", err)
+	}
+	for _, f := range []func() error{
+		func() error { _, err := c.GetSandbox(ctx, sb.ID); return err },
+		func() error { return c.DeleteSandbox(ctx, sb.ID) },
+		func() error { _, err := c.Run(ctx, sb.ID, "true"); return err },
+		func() error { _, err := c.Run(ctx, "sb-doesnotexist1", "true"); return err },
+		func() error { _, err := c.GetSandbox(ctx, "../../etc"); return err },
+	} {
+		if err := f(); !errors.Is(err, client.ErrNotFound) {
+			t.Errorf("after delete: %v, want not_found", err)
+		}
+	}
+	var cerr *client.Error
+	if err := c.DeleteSandbox(ctx, sb.ID); !errors.As(err, &cerr) || cerr.Status != 404 {
+		t.Fatalf("delete twice: %v", err)
+	}
+}
+
+func TestIdleTimeoutDestroysSandbox(t *testing.T) {
+	d := startDaemon(t)
+	c := d.client()
+	ctx := ctxT(t, 60*time.Second)
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{IdleTimeoutS: api.Seconds(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keep := newSandbox(t, c)
+	eventually(t, 20*time.Second, "idle sandbox destroyed", func() bool {
+		_, err := c.GetSandbox(ctx, sb.ID)
+		return errors.Is(err, client.ErrNotFound)
+	})
+	eventually(t, 10*time.Second, "the reaped sandbox's workspace to be removed", func() bool {
+		_, err := os.Stat(sb.Workdir)
+		return os.IsNotExist(err)
+	})
+	if _, err := c.GetSandbox(ctx, keep); err != nil {
+		t.Fatalf("the sandbox with the default idle timeout was reaped: %v", err)
+	}
+}
+
+func TestInfoHealthMetrics(t *testing.T) {
+	d := startDaemon(t)
+	c := d.client()
+	ctx := ctxT(t, 30*time.Second)
+	in, err := c.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]api.BackendInfo{}
+	for _, b := range in.Backends {
+		names[b.Name] = b
+	}
+	if !names["process"].Available || len(names) != 3 || in.Version == "" {
+		t.Fatalf("info %+v", in)
+	}
+	for _, n := range []string{"containerd", "wasm"} {
+		if b := names[n]; !b.Available && b.Reason == "" {
+			t.Errorf("unavailable backend %s without a reason", n)
+		}
+	}
+	id := newSandbox(t, c)
+	run(t, c, id, "true")
+	status, body := rawRequest(t, d, "GET", "/metrics", d.token, nil, nil)
+	for _, want := range []string{`sandboxd_actions_total{kind="run",result="ok"} 1`, `sandboxd_sandboxes{backend="process",state="running"} 1`, "sandboxd_resident_bytes"} {
+		if status != 200 || !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %q:\n%s", want, body)
+		}
+	}
+}
