@@ -7,9 +7,9 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,9 +27,12 @@ import (
 //     of a hybrid host.
 //
 // Processes are born in their cgroups, never moved after they start: cgroup2
-// with CLONE_INTO_CGROUP, cgroup v1 by forking from an OS thread that was
-// moved into the v1 cgroups just for that fork (v1 places threads
-// individually and a child inherits its forking thread's cgroups).
+// with CLONE_INTO_CGROUP, cgroup v1 by forking from the sandbox's spawner
+// thread, an OS thread that joined the sandbox's v1 cgroups once (v1 places
+// threads individually, and a child inherits its forking thread's cgroups).
+// Moving a thread costs tens of microseconds per hierarchy, so doing it once
+// per sandbox rather than twice per process keeps spawning as fast as a
+// plain fork.
 //
 // Every part degrades: with no writable cgroup2 there is no tracking (the
 // backend falls back to process groups and per-sandbox users); with no
@@ -116,6 +119,11 @@ func enableControllers(root, dir string, ctls []string) bool {
 	return true
 }
 
+// limitsPids reports whether a pids cgroup bounds the sandbox.
+func (sc *sandboxCgroup) limitsPids() bool {
+	return sc != nil && (sc.v2Pids || sc.v1["pids"] != "")
+}
+
 // features describes what the cgroups enforce.
 func (c *cgroups) features() []string {
 	var f []string
@@ -132,16 +140,40 @@ func (c *cgroups) features() []string {
 
 // sandboxCgroup is one sandbox's cgroups.
 type sandboxCgroup struct {
-	v2     string            // sandbox dir in cgroup2, "" if none
-	v1     map[string]string // controller -> sandbox dir
-	mounts map[string]mount  // controller -> its v1 hierarchy
-	leaves atomic.Int64
+	v2      string            // sandbox dir in cgroup2, "" if none
+	v2Pids  bool              // the v2 pids controller limits it
+	v1      map[string]string // controller -> sandbox dir
+	mounts  map[string]mount  // controller -> its v1 hierarchy
+	leaves  atomic.Int64
+	spawner *spawner // forks into the v1 cgroups; nil without them
+
+	mu      sync.Mutex
+	pool    []*leaf // empty leaves ready for reuse
+	closed  bool
+	oomSeen int64 // OOM kills already attributed
 }
+
+// leaf is a cgroup2 leaf for one process tree, with the descriptors that
+// make using it cheap: its directory (for CLONE_INTO_CGROUP) and its
+// cgroup.events (to see whether it is empty without opening a file).
+type leaf struct {
+	dir    string
+	fd     int
+	events int
+	// killed marks a leaf cgroup.kill was used on. It is never reused:
+	// on Linux 6.18 (seen here), once cgroup.kill was written to a
+	// cgroup, even an empty one, every child later cloned into it with
+	// CLONE_INTO_CGROUP is killed at birth.
+	killed bool
+}
+
+// maxPool bounds the empty leaves a sandbox keeps for reuse.
+const maxPool = 4
 
 // create makes the cgroups of sandbox id with limits. It is idempotent, so
 // re-adoption can call it again.
 func (c *cgroups) create(id string, l api.Limits) (*sandboxCgroup, error) {
-	sc := &sandboxCgroup{v1: map[string]string{}, mounts: c.v1Mounts}
+	sc := &sandboxCgroup{v1: map[string]string{}, mounts: c.v1Mounts, v2Pids: c.v2Limits}
 	var err error
 	if c.v2 != "" {
 		sc.v2 = filepath.Join(c.v2, id)
@@ -181,10 +213,14 @@ func (c *cgroups) create(id string, l api.Limits) (*sandboxCgroup, error) {
 			}
 		}
 	}
+	if err == nil && len(sc.v1) > 0 {
+		sc.spawner, err = newSpawner(sc.v1)
+	}
 	if err != nil {
 		sc.remove()
 		return nil, fmt.Errorf("set cgroup limits: %w", err)
 	}
+	sc.oomSeen = sc.oomKills()
 	return sc, nil
 }
 
@@ -220,62 +256,146 @@ func writeCPU(dir, file string, cpus float64) error {
 	return os.WriteFile(filepath.Join(dir, file), []byte(s), 0)
 }
 
-// leaf makes a cgroup2 leaf for one process tree and opens it for
-// CLONE_INTO_CGROUP. It returns "" and -1 when there is no cgroup2.
-func (sc *sandboxCgroup) leaf() (string, int, error) {
+// leaf returns an empty cgroup2 leaf for one process tree: one from the
+// pool, or a new one. It returns nil when there is no cgroup2.
+func (sc *sandboxCgroup) leaf() (*leaf, error) {
 	if sc == nil || sc.v2 == "" {
-		return "", -1, nil
+		return nil, nil
 	}
+	sc.mu.Lock()
+	if n := len(sc.pool); n > 0 {
+		l := sc.pool[n-1]
+		sc.pool = sc.pool[:n-1]
+		sc.mu.Unlock()
+		return l, nil
+	}
+	sc.mu.Unlock()
 	dir := filepath.Join(sc.v2, "p"+strconv.FormatInt(sc.leaves.Add(1), 10))
 	if err := os.Mkdir(dir, 0o755); err != nil {
-		return "", -1, fmt.Errorf("create process cgroup: %w", err)
+		return nil, fmt.Errorf("create process cgroup: %w", err)
 	}
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	l := &leaf{dir: dir, fd: -1, events: -1}
+	var err error
+	if l.fd, err = unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
+		l.events, err = unix.Open(filepath.Join(dir, "cgroup.events"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	}
 	if err != nil {
-		os.Remove(dir)
-		return "", -1, fmt.Errorf("open process cgroup: %w", err)
+		l.close()
+		unix.Rmdir(dir)
+		return nil, fmt.Errorf("open process cgroup: %w", err)
 	}
-	return dir, fd, nil
+	return l, nil
 }
 
-// forkIn runs start (which must fork on the calling thread) with that thread
-// placed in the sandbox's v1 cgroups, so the child is born in them.
+func (l *leaf) close() {
+	if l.fd >= 0 {
+		unix.Close(l.fd)
+		l.fd = -1
+	}
+	if l.events >= 0 {
+		unix.Close(l.events)
+		l.events = -1
+	}
+}
+
+// populated reports whether processes are still in the leaf.
+func (l *leaf) populated() bool {
+	var buf [128]byte
+	n, err := unix.Pread(l.events, buf[:], 0)
+	if err != nil {
+		return true
+	}
+	return strings.Contains(string(buf[:n]), "populated 1")
+}
+
+// release takes a leaf back once its leader is gone, and reports whether
+// it did. An empty leaf is kept for the next process (or removed); one still
+// holding processes the leader started is not taken: it stays with its
+// process, so Kill can still reach them, until the sandbox goes.
+func (sc *sandboxCgroup) release(l *leaf) bool {
+	if l == nil || l.populated() {
+		return false
+	}
+	sc.mu.Lock()
+	if !sc.closed && !l.killed && len(sc.pool) < maxPool {
+		sc.pool = append(sc.pool, l)
+		sc.mu.Unlock()
+		return true
+	}
+	sc.mu.Unlock()
+	l.close()
+	unix.Rmdir(l.dir)
+	return true
+}
+
+// spawner is an OS thread that sits in a sandbox's v1 cgroups and runs the
+// forks of the sandbox's processes.
+type spawner struct {
+	jobs chan func()
+	quit chan struct{}
+	done chan struct{}
+}
+
+func newSpawner(dirs map[string]string) (*spawner, error) {
+	sp := &spawner{jobs: make(chan func()), quit: make(chan struct{}), done: make(chan struct{})}
+	errc := make(chan error, 1)
+	go onSpareThread(func() bool {
+		defer close(sp.done)
+		tid := []byte(strconv.Itoa(unix.Gettid()))
+		for _, dir := range dirs {
+			if err := os.WriteFile(filepath.Join(dir, "tasks"), tid, 0); err != nil {
+				errc <- fmt.Errorf("enter sandbox cgroup: %w", err)
+				return true
+			}
+		}
+		errc <- nil
+		for {
+			select {
+			case job := <-sp.jobs:
+				job()
+			case <-sp.quit:
+				// The thread ends with this goroutine, and so leaves the
+				// sandbox's cgroups.
+				return true
+			}
+		}
+	})
+	if err := <-errc; err != nil {
+		<-sp.done
+		return nil, err
+	}
+	return sp, nil
+}
+
+// run runs f on the spawner thread.
+func (sp *spawner) run(f func() error) error {
+	var err error
+	ran := make(chan struct{})
+	select {
+	case sp.jobs <- func() { err = f(); close(ran) }:
+	case <-sp.done:
+		return errors.New("the sandbox's cgroups are gone")
+	}
+	<-ran
+	return err
+}
+
+func (sp *spawner) stop() {
+	select {
+	case <-sp.done:
+	default:
+		close(sp.quit)
+		<-sp.done
+	}
+}
+
+// forkIn runs start (which forks on the calling thread) so that the child is
+// born in the sandbox's v1 cgroups.
 func (sc *sandboxCgroup) forkIn(start func() error) error {
-	if sc == nil || len(sc.v1) == 0 {
+	if sc == nil || sc.spawner == nil {
 		return start()
 	}
-	runtime.LockOSThread()
-	tid := strconv.Itoa(unix.Gettid())
-	orig, err := threadCgroups()
-	if err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	restore := func() error {
-		var errs error
-		for ctl := range sc.v1 {
-			m := sc.mounts[ctl]
-			back := filepath.Join(m.dir, m.rel(orig[ctl]), "tasks")
-			errs = errors.Join(errs, os.WriteFile(back, []byte(tid), 0))
-		}
-		return errs
-	}
-	for _, dir := range sc.v1 {
-		if err := os.WriteFile(filepath.Join(dir, "tasks"), []byte(tid), 0); err != nil {
-			if restore() == nil {
-				runtime.UnlockOSThread()
-			}
-			return fmt.Errorf("enter sandbox cgroup: %w", err)
-		}
-	}
-	serr := start()
-	if err := restore(); err != nil {
-		// Leave the thread locked: it ends with this goroutine rather than
-		// serve other goroutines from inside a sandbox's cgroup.
-		return errors.Join(serr, fmt.Errorf("leave sandbox cgroup: %w", err))
-	}
-	runtime.UnlockOSThread()
-	return serr
+	return sc.spawner.run(start)
 }
 
 // killCgroup kills every process in the sandbox's cgroup2 subtree (or one leaf of
@@ -326,6 +446,25 @@ func (sc *sandboxCgroup) oomKills() int64 {
 	return 0
 }
 
+// newOOMKill reports whether the OOM killer struck since the last call
+// that said so. It is asked only when a process died of SIGKILL, so the
+// counter is not read on every exit (a cgroup file read costs tens of
+// microseconds); with several processes killed at once, each kill is
+// attributed once.
+func (sc *sandboxCgroup) newOOMKill() bool {
+	if sc == nil {
+		return false
+	}
+	n := sc.oomKills()
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if n > sc.oomSeen {
+		sc.oomSeen++
+		return true
+	}
+	return false
+}
+
 func readKey(file, key string) (int64, bool) {
 	f, err := os.Open(file)
 	if err != nil {
@@ -343,18 +482,20 @@ func readKey(file, key string) (int64, bool) {
 	return 0, false
 }
 
-// removeLeaf removes a process leaf once it is empty; a leaf whose
-// processes outlived their leader stays until the sandbox goes.
-func removeLeaf(dir string) {
-	if dir != "" {
-		_ = unix.Rmdir(dir)
-	}
-}
-
 // remove kills what is left and removes the sandbox's cgroups.
 func (sc *sandboxCgroup) remove() error {
 	if sc == nil {
 		return nil
+	}
+	sc.mu.Lock()
+	sc.closed = true
+	for _, l := range sc.pool {
+		l.close()
+	}
+	sc.pool = nil
+	sc.mu.Unlock()
+	if sc.spawner != nil {
+		sc.spawner.stop()
 	}
 	var errs error
 	if sc.v2 != "" {
@@ -393,7 +534,7 @@ type mount struct {
 
 // rel turns an absolute cgroup path into one below the mount point.
 func (m mount) rel(p string) string {
-	if r, err := filepath.Rel(m.root, p); err == nil && !strings.HasPrefix(r, "..") {
+	if r, err := filepath.Rel(m.root, p); err == nil && r != ".." && !strings.HasPrefix(r, "../") {
 		return r
 	}
 	return "."

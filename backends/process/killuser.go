@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"runtime"
 	"strconv"
 	"syscall"
 
@@ -18,32 +17,30 @@ import (
 // calling thread on Linux) and calls kill(-1, SIGKILL) from it. The kernel
 // delivers that signal to all matching processes while holding the task list
 // lock, and a process with a pending SIGKILL cannot complete a fork, so a
-// fork bomb cannot outrun it. The thread is never handed back to the Go
-// scheduler: the goroutine exits while still locked, which ends the thread.
+// fork bomb cannot outrun it. The thread is a spare one that ends afterwards
+// (see onSpareThread), never the main thread, whose credentials stand for
+// the whole daemon.
 func killUser(uid int) error {
 	if uid <= 0 {
 		return fmt.Errorf("refusing to kill processes of uid %d", uid)
 	}
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		// No UnlockOSThread: this thread's credentials are spoiled.
+	var err error
+	onSpareThread(func() bool {
 		if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESGID, uintptr(uid), uintptr(uid), uintptr(uid)); e != 0 {
-			errc <- fmt.Errorf("setresgid: %w", e)
-			return
+			err = fmt.Errorf("setresgid: %w", e)
+			return true
 		}
 		if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); e != 0 {
-			errc <- fmt.Errorf("setresuid: %w", e)
-			return
+			err = fmt.Errorf("setresuid: %w", e)
+			return true
 		}
 		// ESRCH means there was nothing to kill.
-		if err := unix.Kill(-1, unix.SIGKILL); err != nil && err != unix.ESRCH {
-			errc <- fmt.Errorf("kill -1: %w", err)
-			return
+		if e := unix.Kill(-1, unix.SIGKILL); e != nil && e != unix.ESRCH {
+			err = fmt.Errorf("kill -1: %w", e)
 		}
-		errc <- nil
-	}()
-	return <-errc
+		return true // this thread's credentials are spoiled
+	})
+	return err
 }
 
 // userPids lists the processes whose real uid is uid.

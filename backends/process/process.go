@@ -26,6 +26,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/sandboxd/sandboxd/api"
@@ -66,8 +67,11 @@ type Backend struct {
 	cg    *cgroups // nil without cgroups
 	cgErr error
 
-	mu   sync.Mutex
-	uids map[int]*uidLease // uids this daemon holds
+	devNull *os.File // stdin of processes that get none
+
+	mu      sync.Mutex
+	uids    map[int]*uidLease // uids this daemon holds
+	nextUID int               // where the search for a free uid starts
 }
 
 // uidLease is a uid held for one sandbox: the flock on its lock file.
@@ -117,7 +121,18 @@ func New(cfg Config) (*Backend, error) {
 			}
 		}
 	}
-	b := &Backend{cfg: cfg, log: cfg.Logger, uids: map[int]*uidLease{}}
+	// No sandbox process dumps core into its workspace (or anywhere): the
+	// soft limit is inherited by every process the daemon starts.
+	var core unix.Rlimit
+	if err := unix.Prlimit(0, unix.RLIMIT_CORE, nil, &core); err == nil && core.Cur != 0 {
+		core.Cur = 0
+		_ = unix.Prlimit(0, unix.RLIMIT_CORE, &core, nil)
+	}
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, err
+	}
+	b := &Backend{cfg: cfg, log: cfg.Logger, uids: map[int]*uidLease{}, devNull: null}
 	if cfg.Cgroups {
 		b.cg, b.cgErr = newCgroups(cfg.CgroupParent)
 		if b.cgErr != nil {
@@ -195,6 +210,10 @@ func (b *Backend) Create(ctx context.Context, spec backends.Spec) (backends.Sand
 		}
 		st.UID = uid
 	}
+	if _, err := os.Lstat(st.Workspace); err == nil {
+		b.releaseUID(st.UID)
+		return nil, api.Errorf(api.ErrConflict, "a workspace for sandbox %s exists already", spec.ID)
+	}
 	sb, err := b.setup(spec, st, true)
 	if err != nil {
 		b.releaseUID(st.UID)
@@ -238,6 +257,7 @@ func (b *Backend) setup(spec backends.Spec, st state, fresh bool) (*sandbox, err
 		procs:  map[*proc]struct{}{},
 	}
 	sb.env = b.env(spec, st)
+	sb.envList = sortedEnv(sb.env)
 	if b.cg != nil {
 		cg, err := b.cg.create(spec.ID, spec.Limits)
 		if err != nil {
@@ -274,13 +294,16 @@ func (b *Backend) env(spec backends.Spec, st state) map[string]string {
 func (b *Backend) allocUID(id string) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	// Round robin rather than lowest free: a uid comes back into use as
+	// late as possible.
 	for i := 0; i < b.cfg.MaxSandboxes; i++ {
-		uid := b.cfg.UIDBase + i
+		uid := b.cfg.UIDBase + (b.nextUID+i)%b.cfg.MaxSandboxes
 		if _, used := b.uids[uid]; used {
 			continue
 		}
 		err := b.lockUID(uid, id)
 		if err == nil {
+			b.nextUID = (uid - b.cfg.UIDBase + 1) % b.cfg.MaxSandboxes
 			return uid, nil
 		}
 		if !errors.Is(err, unix.EWOULDBLOCK) {
@@ -350,6 +373,11 @@ func (b *Backend) recover(spec backends.Spec) (*sandbox, error) {
 	}
 	if st.UID >= 0 {
 		if !b.cfg.UserIsolation {
+			// It will not run again, but what it left running must stop.
+			if os.Geteuid() == 0 {
+				_ = killUser(st.UID)
+			}
+			b.removeStaleCgroups(spec.ID)
 			return nil, errors.New("the sandbox ran as a user of its own, but user isolation is now off")
 		}
 		b.mu.Lock()
@@ -367,11 +395,8 @@ func (b *Backend) recover(spec backends.Spec) (*sandbox, error) {
 			b.log.Warn("kill leftover processes", "sandbox", spec.ID, "err", err)
 		}
 	}
-	if b.cg != nil && b.cg.v2 != "" {
-		// Leftovers of the previous run: kill them, then start clean.
-		old := &sandboxCgroup{v2: filepath.Join(b.cg.v2, spec.ID)}
-		_ = old.remove()
-	}
+	// Leftovers of the previous run: kill them, then start clean.
+	b.removeStaleCgroups(spec.ID)
 	sb, err := b.setup(spec, st, false)
 	if err != nil {
 		b.releaseUID(st.UID)
@@ -383,21 +408,54 @@ func (b *Backend) recover(spec backends.Spec) (*sandbox, error) {
 // sweep removes cgroups of sandboxes no daemon knows about any more (a crash
 // between creating one and recording it). Their files are left alone.
 func (b *Backend) sweep(known map[string]bool) {
-	if b.cg == nil || b.cg.v2 == "" {
+	if b.cg == nil {
 		return
 	}
-	ents, err := os.ReadDir(b.cg.v2)
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		if e.IsDir() && !known[e.Name()] {
-			sc := &sandboxCgroup{v2: filepath.Join(b.cg.v2, e.Name())}
-			if err := sc.remove(); err != nil {
-				b.log.Warn("remove stale cgroup", "cgroup", sc.v2, "err", err)
+	dirs := append([]string{b.cg.v2}, mapValues(b.cg.v1)...)
+	for _, parent := range dirs {
+		if parent == "" {
+			continue
+		}
+		ents, _ := os.ReadDir(parent)
+		for _, e := range ents {
+			if e.IsDir() && strings.HasPrefix(e.Name(), "sb-") && !known[e.Name()] {
+				b.removeStaleCgroups(e.Name())
 			}
 		}
 	}
+}
+
+// removeStaleCgroups kills and removes the cgroups a previous run left for
+// sandbox id.
+func (b *Backend) removeStaleCgroups(id string) {
+	if b.cg == nil {
+		return
+	}
+	old := &sandboxCgroup{v1: map[string]string{}}
+	if b.cg.v2 != "" {
+		old.v2 = filepath.Join(b.cg.v2, id)
+	}
+	for ctl, parent := range b.cg.v1 {
+		if d := filepath.Join(parent, id); dirExists(d) {
+			old.v1[ctl] = d
+		}
+	}
+	if err := old.remove(); err != nil {
+		b.log.Warn("remove stale cgroups", "sandbox", id, "err", err)
+	}
+}
+
+func dirExists(d string) bool {
+	fi, err := os.Stat(d)
+	return err == nil && fi.IsDir()
+}
+
+func mapValues(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
 }
 
 // sortedEnv renders env as KEY=VALUE strings in a stable order.

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -20,16 +21,18 @@ import (
 
 // sandbox is one process sandbox.
 type sandbox struct {
-	b      *Backend
-	id     string
-	st     state
-	env    map[string]string
-	limits api.Limits
-	cg     *sandboxCgroup
+	b       *Backend
+	id      string
+	st      state
+	env     map[string]string
+	envList []string // env rendered once, for processes that add nothing
+	limits  api.Limits
+	cg      *sandboxCgroup
 
 	mu        sync.Mutex
 	procs     map[*proc]struct{}
 	destroyed bool
+	starting  sync.WaitGroup // Starts past the destroyed check
 }
 
 func (s *sandbox) ID() string      { return s.id }
@@ -41,9 +44,13 @@ func (s *sandbox) Workdir() string { return s.st.Workspace }
 // it and is, from its first instruction as the sandbox's user.
 var spawnMu sync.Mutex
 
-// drainDelay is how long Wait keeps reading output after the process exits,
-// for children that still hold its pipes or terminal open.
-const drainDelay = 100 * time.Millisecond
+// After the process exits, Wait keeps reading its output until the pipes
+// end; if children it started hold them open, it stops once nothing has
+// arrived for drainIdle (or, for a chatty child, after drainMax).
+const (
+	drainIdle = 100 * time.Millisecond
+	drainMax  = 5 * time.Second
+)
 
 // Start implements backends.Sandbox.
 func (s *sandbox) Start(ctx context.Context, ps backends.ProcessSpec) (backends.Process, error) {
@@ -55,14 +62,22 @@ func (s *sandbox) Start(ctx context.Context, ps backends.ProcessSpec) (backends.
 		s.mu.Unlock()
 		return nil, api.Errorf(api.ErrNotFound, "sandbox %s is destroyed", s.id)
 	}
+	// Destroy waits for Starts in progress, so none can fork into a
+	// sandbox it has already cleaned out.
+	s.starting.Add(1)
 	s.mu.Unlock()
+	defer s.starting.Done()
 
-	env := make(map[string]string, len(s.env)+len(ps.Env))
-	for k, v := range s.env {
-		env[k] = v
-	}
-	for k, v := range ps.Env {
-		env[k] = v
+	env, envList := s.env, s.envList
+	if len(ps.Env) > 0 {
+		env = make(map[string]string, len(s.env)+len(ps.Env))
+		for k, v := range s.env {
+			env[k] = v
+		}
+		for k, v := range ps.Env {
+			env[k] = v
+		}
+		envList = sortedEnv(env)
 	}
 	dir := ps.Dir
 	if dir == "" {
@@ -110,12 +125,7 @@ func (s *sandbox) Start(ctx context.Context, ps backends.ProcessSpec) (backends.
 			files[0] = r
 			p.stdin = w
 		} else {
-			null, err := os.Open(os.DevNull)
-			if err != nil {
-				return nil, err
-			}
-			childFiles = append(childFiles, null)
-			files[0] = null
+			files[0] = s.b.devNull
 		}
 		for i, w := range []io.Writer{ps.Stdout, ps.Stderr} {
 			r, wf, err := os.Pipe()
@@ -123,8 +133,6 @@ func (s *sandbox) Start(ctx context.Context, ps backends.ProcessSpec) (backends.
 				p.closeFiles()
 				return nil, err
 			}
-			// A bigger pipe means fewer wake-ups for a chatty process.
-			_, _ = unix.FcntlInt(wf.Fd(), unix.F_SETPIPE_SZ, 1<<20)
 			childFiles = append(childFiles, wf)
 			files[1+i] = wf
 			p.pumps = append(p.pumps, pump{r: r, w: w})
@@ -139,20 +147,18 @@ func (s *sandbox) Start(ctx context.Context, ps backends.ProcessSpec) (backends.
 	if s.st.UID >= 0 {
 		sys.Credential = &syscall.Credential{Uid: uint32(s.st.UID), Gid: uint32(s.st.UID), Groups: []uint32{}}
 	}
-	leaf, leafFD, err := s.cg.leaf()
+	leaf, err := s.cg.leaf()
 	if err != nil {
 		p.closeFiles()
 		return nil, err
 	}
-	if leafFD >= 0 {
-		defer unix.Close(leafFD)
+	if leaf != nil {
 		sys.UseCgroupFD = true
-		sys.CgroupFD = leafFD
+		sys.CgroupFD = leaf.fd
 	}
 	p.leaf = leaf
-	p.oomBefore = s.cg.oomKills()
 
-	attr := &os.ProcAttr{Dir: dir, Env: sortedEnv(env), Files: files, Sys: sys}
+	attr := &os.ProcAttr{Dir: dir, Env: envList, Files: files, Sys: sys}
 	var osp *os.Process
 	err = s.forkLimited(func() error {
 		var err error
@@ -161,7 +167,9 @@ func (s *sandbox) Start(ctx context.Context, ps backends.ProcessSpec) (backends.
 	})
 	if err != nil {
 		p.closeFiles()
-		removeLeaf(leaf)
+		if leaf != nil && !s.cg.release(leaf) {
+			leaf.close()
+		}
 		return nil, startError(ps.Argv[0], dir, err)
 	}
 	p.osp = osp
@@ -174,43 +182,32 @@ func (s *sandbox) Start(ctx context.Context, ps backends.ProcessSpec) (backends.
 	return p, nil
 }
 
-// forkLimited runs start with the sandbox's RLIMIT_NPROC and RLIMIT_CORE in
-// force for the fork (see spawnMu) and the thread in its v1 cgroups.
+// forkLimited runs start with the sandbox's RLIMIT_NPROC in force for the
+// fork (see spawnMu) and in its v1 cgroups. The rlimit is only needed where
+// no pids cgroup limits the sandbox: the window serializes spawns.
 //
-// Only the soft limits change unless the daemon holds CAP_SYS_RESOURCE:
+// Only the soft limit changes unless the daemon holds CAP_SYS_RESOURCE:
 // without it a lowered hard limit could not be raised back for the next
 // sandbox. A soft limit can be raised by the sandbox itself, so it is
 // defence in depth; the pids cgroup is the limit that holds.
 func (s *sandbox) forkLimited(start func() error) error {
-	if s.st.UID < 0 {
+	if s.st.UID < 0 || s.limits.Pids <= 0 || s.cg.limitsPids() {
 		return s.cg.forkIn(start)
 	}
 	spawnMu.Lock()
 	defer spawnMu.Unlock()
-	for _, r := range []struct {
-		res int
-		val uint64
-		set bool
-	}{
-		{unix.RLIMIT_NPROC, uint64(s.limits.Pids), s.limits.Pids > 0},
-		{unix.RLIMIT_CORE, 0, true},
-	} {
-		if !r.set {
-			continue
-		}
-		var old unix.Rlimit
-		if err := unix.Prlimit(0, r.res, nil, &old); err != nil {
-			return fmt.Errorf("read rlimit: %w", err)
-		}
-		lim := unix.Rlimit{Cur: min(r.val, old.Max), Max: old.Max}
-		if capSysResource {
-			lim.Max = lim.Cur
-		}
-		if err := unix.Prlimit(0, r.res, &lim, nil); err != nil {
-			return fmt.Errorf("set rlimit: %w", err)
-		}
-		defer unix.Prlimit(0, r.res, &old, nil)
+	var old unix.Rlimit
+	if err := unix.Prlimit(0, unix.RLIMIT_NPROC, nil, &old); err != nil {
+		return fmt.Errorf("read rlimit: %w", err)
 	}
+	lim := unix.Rlimit{Cur: min(uint64(s.limits.Pids), old.Max), Max: old.Max}
+	if capSysResource {
+		lim.Max = lim.Cur
+	}
+	if err := unix.Prlimit(0, unix.RLIMIT_NPROC, &lim, nil); err != nil {
+		return fmt.Errorf("set rlimit: %w", err)
+	}
+	defer unix.Prlimit(0, unix.RLIMIT_NPROC, &old, nil)
 	return s.cg.forkIn(start)
 }
 
@@ -278,9 +275,16 @@ func lookPath(prog, pathEnv, dir string) (string, error) {
 
 // Close implements backends.Sandbox: processes cannot outlive the daemon
 // (their pipes and terminals die with it), so stop them; keep the files.
+// The uid is let go too: Recover takes it again.
 func (s *sandbox) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.destroyed = true
+	s.mu.Unlock()
+	s.starting.Wait()
 	err := s.killAll()
-	return errors.Join(err, s.cg.remove())
+	err = errors.Join(err, s.cg.remove())
+	s.b.releaseUID(s.st.UID)
+	return err
 }
 
 // Destroy implements backends.Sandbox.
@@ -288,6 +292,7 @@ func (s *sandbox) Destroy(ctx context.Context) error {
 	s.mu.Lock()
 	s.destroyed = true
 	s.mu.Unlock()
+	s.starting.Wait()
 	errs := s.killAll()
 	errs = errors.Join(errs, s.cg.remove())
 	// Nothing of the sandbox runs any more, so nothing can swap a symlink
@@ -297,7 +302,53 @@ func (s *sandbox) Destroy(ctx context.Context) error {
 			errs = errors.Join(errs, err)
 		}
 	}
+	if s.st.UID >= 0 {
+		// The uid will serve another sandbox: what this one left in the
+		// shared writable places must not be readable by that one.
+		errs = errors.Join(errs, removeOwned(s.st.UID, sharedTmpDirs...))
+	}
 	s.b.releaseUID(s.st.UID)
+	return errs
+}
+
+// sharedTmpDirs are the world-writable places a sandbox user can leave
+// files in outside its own directories.
+var sharedTmpDirs = []string{"/tmp", "/var/tmp", "/dev/shm"}
+
+// removeOwned removes, below each dir, every entry owned by uid (a
+// directory with everything in it). It does not follow symlinks, and it
+// only descends into directories others may write to: the user cannot have
+// created anything anywhere else.
+func removeOwned(uid int, dirs ...string) error {
+	var errs error
+	for _, dir := range dirs {
+		_ = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+			if err != nil {
+				return nil
+			}
+			info, err := d.Info()
+			if err != nil {
+				return nil
+			}
+			st, ok := info.Sys().(*syscall.Stat_t)
+			if !ok {
+				return nil
+			}
+			if path != dir && int(st.Uid) == uid {
+				if err := os.RemoveAll(path); err != nil {
+					errs = errors.Join(errs, err)
+				}
+				if d.IsDir() {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			if d.IsDir() && info.Mode().Perm()&0o002 == 0 {
+				return filepath.SkipDir
+			}
+			return nil
+		})
+	}
 	return errs
 }
 
@@ -341,14 +392,15 @@ type pump struct {
 
 // proc is one started process.
 type proc struct {
-	sb        *sandbox
-	osp       *os.Process
-	pgid      int
-	tty       *os.File // master side, for TTY processes
-	stdin     *os.File // write end of the stdin pipe
-	pumps     []pump
-	leaf      string // cgroup2 leaf, "" if none
-	oomBefore int64
+	sb    *sandbox
+	osp   *os.Process
+	pgid  int
+	tty   *os.File // master side, for TTY processes
+	stdin *os.File // write end of the stdin pipe
+	pumps []pump
+
+	leafMu sync.Mutex
+	leaf   *leaf // cgroup2 leaf while it is this process's, nil if none
 
 	done   chan struct{}
 	status backends.ExitStatus
@@ -366,11 +418,12 @@ func (p *proc) closeFiles() {
 
 func (p *proc) start(stdin io.Reader) {
 	var pumps sync.WaitGroup
+	var lastRead atomic.Int64
 	for _, pm := range p.pumps {
 		pumps.Add(1)
 		go func(pm pump) {
 			defer pumps.Done()
-			copyOut(pm.w, pm.r)
+			copyOut(pm.w, pm.r, &lastRead)
 		}(pm)
 	}
 	if p.stdin != nil {
@@ -383,16 +436,28 @@ func (p *proc) start(stdin io.Reader) {
 		state, err := p.osp.Wait()
 		drained := make(chan struct{})
 		go func() { pumps.Wait(); close(drained) }()
-		select {
-		case <-drained:
-		case <-time.After(drainDelay):
-			// Something the process started holds its output open; stop
-			// reading so Wait returns. Closing unblocks the pumps.
-			for _, pm := range p.pumps {
-				pm.r.Close()
+		exited := time.Now()
+		tick := time.NewTicker(drainIdle / 4)
+	drain:
+		for {
+			select {
+			case <-drained:
+				break drain
+			case now := <-tick.C:
+				idle := now.Sub(time.Unix(0, lastRead.Load()))
+				if idle >= drainIdle || now.Sub(exited) >= drainMax {
+					// Something the process started holds its output
+					// open; stop reading so Wait returns. Closing the
+					// read ends unblocks the pumps.
+					for _, pm := range p.pumps {
+						pm.r.Close()
+					}
+					<-drained
+					break drain
+				}
 			}
-			<-drained
 		}
+		tick.Stop()
 		for _, pm := range p.pumps {
 			pm.r.Close()
 		}
@@ -403,28 +468,43 @@ func (p *proc) start(stdin io.Reader) {
 			p.err = err
 		} else {
 			p.status = exitStatus(state)
-			if p.status.Signal == syscall.SIGKILL && p.sb.cg.oomKills() > p.oomBefore {
+			if p.status.Signal == syscall.SIGKILL && p.sb.cg.newOOMKill() {
 				p.status.OOMKilled = true
 			}
-		}
-		if !populated(p.leaf) {
-			removeLeaf(p.leaf)
 		}
 		p.sb.mu.Lock()
 		delete(p.sb.procs, p)
 		p.sb.mu.Unlock()
 		close(p.done)
+		// Once pooled, the leaf may hold the next process at any moment:
+		// it is no longer this one's to kill.
+		p.leafMu.Lock()
+		if p.sb.cg.release(p.leaf) {
+			p.leaf = nil
+		} else if p.leaf != nil {
+			p.leaf.close() // Kill needs only its path from now on
+		}
+		p.leafMu.Unlock()
 	}()
 }
 
+// pumpBufs recycles the read buffers of output pumps: a short process would
+// otherwise leave two of them as garbage.
+var pumpBufs = sync.Pool{New: func() any { b := make([]byte, 128<<10); return &b }}
+
 // copyOut reads r until it ends and hands every chunk to w. A terminal's
 // master reports EIO once the last slave is closed: that is its EOF.
-func copyOut(w io.Writer, r *os.File) {
-	buf := make([]byte, 128<<10)
+func copyOut(w io.Writer, r *os.File, lastRead *atomic.Int64) {
+	bp := pumpBufs.Get().(*[]byte)
+	defer pumpBufs.Put(bp)
+	buf := *bp
 	for {
 		n, err := r.Read(buf)
-		if n > 0 && w != nil {
-			_, _ = w.Write(buf[:n])
+		if n > 0 {
+			lastRead.Store(time.Now().UnixNano())
+			if w != nil {
+				_, _ = w.Write(buf[:n])
+			}
 		}
 		if err != nil {
 			return
@@ -477,14 +557,22 @@ func (p *proc) Signal(sig syscall.Signal) error {
 // Kill implements backends.Process: its cgroup leaf holds everything it
 // started; its process group is the fallback.
 func (p *proc) Kill() error {
-	var err error
-	if p.leaf != "" {
-		err = killCgroup(p.leaf)
+	p.leafMu.Lock()
+	defer p.leafMu.Unlock()
+	if p.leaf != nil {
+		p.leaf.killed = true
+		return killCgroup(p.leaf.dir)
+	}
+	select {
+	case <-p.done:
+		// Reaped: its pid may belong to someone else by now.
+		return nil
+	default:
 	}
 	if e := unix.Kill(-p.pgid, unix.SIGKILL); e != nil && e != unix.ESRCH {
-		err = errors.Join(err, e)
+		return e
 	}
-	return err
+	return nil
 }
 
 // SignalForeground implements backends.Terminal.
