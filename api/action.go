@@ -248,8 +248,8 @@ func (a *Action) Validate() error {
 }
 
 func checkSeconds(field string, v float64) error {
-	if math.IsNaN(v) || v < 0 {
-		return Errorf(ErrInvalidArgument, "field %q must be a number of seconds >= 0, not %v", field, v)
+	if math.IsNaN(v) || v < 0 || v > MaxTimeoutS {
+		return Errorf(ErrInvalidArgument, "field %q must be a number of seconds from 0 to %d, not %v", field, MaxTimeoutS, v)
 	}
 	return nil
 }
@@ -300,7 +300,9 @@ func (a *Action) String() string {
 	case KindRun, KindInterrupt:
 		return fmt.Sprintf("%s[%s]", a.Kind, a.SessionName())
 	case KindExec:
-		return fmt.Sprintf("exec[%s]", a.Argv[0])
+		if len(a.Argv) > 0 {
+			return fmt.Sprintf("exec[%s]", a.Argv[0])
+		}
 	}
 	return a.Kind
 }

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"errors"
 	"fmt"
 )
 
@@ -75,17 +74,46 @@ func (e *classified) Unwrap() []error {
 // verb in format keeps its operand inspectable with errors.Is and errors.As.
 func Errorf(class error, format string, args ...any) error {
 	err := fmt.Errorf(format, args...)
-	return &classified{class: class, msg: err.Error(), cause: errors.Unwrap(err)}
+	var cause error
+	// fmt.Errorf wraps only when the format has %w; then it is the cause
+	// (one or several of them: errors.Is walks fmt's wrapper).
+	if _, ok := err.(interface{ Unwrap() error }); ok {
+		cause = err
+	} else if _, ok := err.(interface{ Unwrap() []error }); ok {
+		cause = err
+	}
+	return &classified{class: class, msg: err.Error(), cause: cause}
 }
 
-// CodeOf classifies err. Errors of no class are internal.
+// CodeOf classifies err by the outermost class in its chain: an error
+// classified as unavailable that wraps a not_found is unavailable. Errors
+// of no class are internal.
 func CodeOf(err error) Code {
-	for _, s := range sentinels {
-		if errors.Is(err, s) {
-			return s.(*codeError).code
-		}
+	if c, ok := outerClass(err); ok {
+		return c
 	}
 	return CodeInternal
+}
+
+// outerClass walks err's tree depth first, outermost first.
+func outerClass(err error) (Code, bool) {
+	switch e := err.(type) {
+	case nil:
+		return "", false
+	case *codeError:
+		return e.code, true
+	case *classified:
+		return e.class.(*codeError).code, true
+	case interface{ Unwrap() error }:
+		return outerClass(e.Unwrap())
+	case interface{ Unwrap() []error }:
+		for _, inner := range e.Unwrap() {
+			if c, ok := outerClass(inner); ok {
+				return c, true
+			}
+		}
+	}
+	return "", false
 }
 
 // ErrorOf returns the sentinel of a code, or ErrInternal for an unknown one.

@@ -186,8 +186,8 @@ func DecodeCreateSandbox(data []byte) (*CreateSandboxRequest, error) {
 	if err := dec.Decode(&r); err != nil {
 		return nil, jsonError("request body", err)
 	}
-	if dec.More() {
-		return nil, Errorf(ErrInvalidArgument, "the request body holds more than one JSON value")
+	if rest := bytes.TrimSpace(data[dec.InputOffset():]); len(rest) > 0 {
+		return nil, Errorf(ErrInvalidArgument, "the request body has data after its JSON object")
 	}
 	return &r, r.Validate()
 }
@@ -200,8 +200,8 @@ func (r *CreateSandboxRequest) Validate() error {
 		return Errorf(ErrInvalidArgument, "field \"network\" must be %q or %q, not %q", NetworkNone, NetworkHost, r.Network)
 	}
 	if r.IdleTimeoutS != nil {
-		if err := checkSeconds("idle_timeout_s", *r.IdleTimeoutS); err != nil {
-			return err
+		if v := *r.IdleTimeoutS; math.IsNaN(v) || v < 0 {
+			return Errorf(ErrInvalidArgument, "field \"idle_timeout_s\" must be a number of seconds >= 0, not %v", v)
 		}
 	}
 	if l := r.Limits; l != nil {

@@ -80,6 +80,9 @@ func New(addr string, opts ...Option) (*Client, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 256
 	tr.DisableCompression = true
+	// Streamed output arrives in large lines; read it in large pieces.
+	tr.ReadBufferSize = 64 << 10
+	tr.WriteBufferSize = 64 << 10
 	switch {
 	case strings.HasPrefix(addr, "unix://"):
 		path := strings.TrimPrefix(addr, "unix://")
@@ -287,6 +290,7 @@ func (c *Client) ActStream(ctx context.Context, id string, a *api.Action, fn fun
 	}
 	defer resp.Body.Close()
 	r := bufio.NewReaderSize(resp.Body, 256<<10)
+	var scratch []byte
 	for {
 		line, err := readLine(r)
 		if err != nil {
@@ -298,7 +302,7 @@ func (c *Client) ActStream(ctx context.Context, id string, a *api.Action, fn fun
 		if len(line) == 0 {
 			continue
 		}
-		if out, ok := parseOutputLine(line); ok {
+		if out, ok := parseOutputLineInto(line, &scratch); ok {
 			if fn != nil {
 				fn(out)
 			}
@@ -364,6 +368,13 @@ func readLine(r *bufio.Reader) ([]byte, error) {
 // through encoding/json: streaming output is the client's hot path. Any
 // line it does not recognise exactly is left to the general decoder.
 func parseOutputLine(line []byte) (Output, bool) {
+	var scratch []byte
+	return parseOutputLineInto(line, &scratch)
+}
+
+// parseOutputLineInto is parseOutputLine decoding escapes into *scratch,
+// which it reuses, rather than into a new slice per line.
+func parseOutputLineInto(line []byte, scratch *[]byte) (Output, bool) {
 	const head = `{"type":"output","stream":"`
 	if !bytes.HasPrefix(line, []byte(head)) {
 		return Output{}, false
@@ -373,10 +384,13 @@ func parseOutputLine(line []byte) (Output, bool) {
 	if q < 0 {
 		return Output{}, false
 	}
+	if bytes.IndexByte(rest[:q], '\\') >= 0 {
+		return Output{}, false // an escaped name: leave it to encoding/json
+	}
 	stream := string(rest[:q])
 	rest = rest[q:]
 	const data = `","data":"`
-	if !bytes.HasPrefix(rest, []byte(data)) || !bytes.HasSuffix(rest, []byte(`"}`)) {
+	if len(rest) < len(data)+2 || !bytes.HasPrefix(rest, []byte(data)) || !bytes.HasSuffix(rest, []byte(`"}`)) {
 		return Output{}, false
 	}
 	body := rest[len(data) : len(rest)-2]
@@ -386,25 +400,30 @@ func parseOutputLine(line []byte) (Output, bool) {
 		}
 		return Output{Stream: stream, Data: body}, true
 	}
-	out, ok := unescape(body)
+	out, ok := unescape((*scratch)[:0], body)
 	if !ok {
 		return Output{}, false
 	}
+	*scratch = out
 	return Output{Stream: stream, Data: out}, true
 }
 
-// unescape decodes the body of a JSON string (no surrounding quotes) with
-// the escapes the daemon writes; ok is false for anything else.
-func unescape(b []byte) ([]byte, bool) {
-	out := make([]byte, 0, len(b))
+// unescape appends to out the body of a JSON string (no surrounding quotes)
+// with the escapes the daemon writes decoded; ok is false for anything else.
+func unescape(out, b []byte) ([]byte, bool) {
 	for i := 0; i < len(b); i++ {
-		c := b[i]
-		if c == '"' {
+		// Copy the run up to the next escape in one go.
+		j := bytes.IndexByte(b[i:], '\\')
+		if j < 0 {
+			j = len(b) - i
+		}
+		if bytes.IndexByte(b[i:i+j], '"') >= 0 {
 			return nil, false
 		}
-		if c != '\\' {
-			out = append(out, c)
-			continue
+		out = append(out, b[i:i+j]...)
+		i += j
+		if i >= len(b) {
+			break
 		}
 		if i+1 >= len(b) {
 			return nil, false

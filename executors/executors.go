@@ -55,6 +55,7 @@ type Capture struct {
 
 	head      []byte
 	headUnits int
+	carry     []byte // rune mode: the start of a character cut by a write
 	ring      []byte // tail bytes, ring[start:] + ring[:start] in order
 	start     int
 	full      bool
@@ -71,6 +72,18 @@ func (c *Capture) units(p []byte) int {
 // Write adds p. It never fails.
 func (c *Capture) Write(p []byte) (int, error) {
 	n := len(p)
+	if c.Runes {
+		// A character cut between two writes counts once, when whole.
+		if len(c.carry) > 0 {
+			p = append(c.carry, p...)
+			c.carry = nil
+		}
+		var rest []byte
+		p, rest = SplitUTF8(p)
+		if len(rest) > 0 {
+			c.carry = append([]byte(nil), rest...)
+		}
+	}
 	c.total += int64(c.units(p))
 	if c.headUnits < c.Limit {
 		take := len(p)
@@ -150,9 +163,10 @@ func (c *Capture) Total() int64 { return c.total }
 func (c *Capture) Truncated() bool { return c.total > int64(2*c.Limit) }
 
 // Bytes returns the head and tail, joined by a marker line when units were
-// left out between them.
+// left out between them. (In rune mode, the start of a character that has
+// not been completed yet ends the tail as it is.)
 func (c *Capture) Bytes() []byte {
-	t := c.tail()
+	t := append(c.tail(), c.carry...)
 	if !c.Truncated() {
 		return append(append([]byte(nil), c.head...), t...)
 	}
@@ -182,6 +196,32 @@ func (c *Capture) String() string { return string(c.Bytes()) }
 
 // Reset empties the capture.
 func (c *Capture) Reset() {
-	c.head, c.headUnits, c.total = c.head[:0], 0, 0
+	c.head, c.headUnits, c.total, c.carry = c.head[:0], 0, 0, nil
 	c.ring, c.start, c.full = c.ring[:0], 0, false
+}
+
+// SplitUTF8 splits p before an incomplete UTF-8 sequence at its end, so a
+// character cut by a read boundary can be kept whole with the next chunk.
+func SplitUTF8(p []byte) (whole, rest []byte) {
+	// A sequence is at most 4 bytes: look at the last 3 for its start.
+	for i := len(p) - 1; i >= 0 && i >= len(p)-3; i-- {
+		c := p[i]
+		if c < 0x80 {
+			return p, nil
+		}
+		if c >= 0xC0 {
+			need := 2
+			switch {
+			case c >= 0xF0:
+				need = 4
+			case c >= 0xE0:
+				need = 3
+			}
+			if len(p)-i < need {
+				return p[:i], p[i:]
+			}
+			return p, nil
+		}
+	}
+	return p, nil
 }

@@ -479,7 +479,8 @@ func (s *session) do(ctx context.Context, a *api.Action, out executors.OutputSin
 		s.cmdSink = out
 		if hard := a.HardTimeoutS; hard > 0 {
 			gen := s.gen
-			s.hard = time.AfterFunc(time.Duration(hard*float64(time.Second)), func() { s.hardTimeout(gen) })
+			d := time.Duration(min(hard, maxTimeout.Seconds()) * float64(time.Second))
+			s.hard = time.AfterFunc(d, func() { s.hardTimeout(gen) })
 		}
 		if _, err := s.proc.Stdin().Write(typeCommand(a.Command)); err != nil {
 			s.running = false
@@ -601,6 +602,10 @@ func (s *session) hardTimeout(gen int64) {
 		_, _ = s.proc.Stdin().Write([]byte{0x03})
 	}
 }
+
+// maxTimeout bounds every timer a session sets, whatever it is asked for:
+// time.Duration overflows (to a negative, immediate, timer) near 292 years.
+const maxTimeout = 7 * 24 * time.Hour
 
 // lineMax bounds one typed line; the terminal's canonical line buffer holds
 // 4095 bytes.
