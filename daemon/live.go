@@ -3,18 +3,23 @@ package daemon
 import (
 	"bufio"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/sandboxd/sandboxd/daemon/eventlog"
+	"github.com/sandboxd/sandboxd/executors"
 )
 
 const (
-	// liveBudget bounds the output queued for one streaming client. Past it
-	// chunks are dropped from the live stream (and counted); the workload
-	// never waits for a client.
-	liveBudget = 16 << 20
+	// liveBudget bounds the output queued for one streaming client. When it
+	// is full, output waits for room only while the client keeps reading
+	// (a short stall, like any pipe); once the client has taken nothing for
+	// liveStall, chunks are dropped from the live stream (and counted)
+	// rather than hold the workload. The event log keeps everything.
+	liveBudget = 4 << 20
+	liveStall  = 100 * time.Millisecond
 	// streamWriteTimeout closes a streaming connection whose client has not
 	// taken a write for this long.
 	streamWriteTimeout = 60 * time.Second
@@ -34,27 +39,32 @@ type liveChunk struct {
 // liveStream carries one action's output to the client streaming its
 // answer, then the final line.
 type liveStream struct {
-	mu      sync.Mutex
-	wake    chan struct{} // capacity 1: "something changed"
-	queue   []liveChunk
-	queued  int
-	dropped map[string]int64
-	carry   map[string][]byte // an incomplete UTF-8 sequence per stream
-	final   []byte
-	done    bool
-	gone    bool // the client went away: stop queueing
+	mu       sync.Mutex
+	wake     chan struct{} // capacity 1: "something changed"
+	room     *sync.Cond    // signalled when the writer takes the queue
+	lastTake time.Time     // when the writer last took the queue
+	queue    []liveChunk
+	queued   int
+	dropped  map[string]int64
+	carry    map[string][]byte // an incomplete UTF-8 sequence per stream
+	final    []byte
+	done     bool
+	gone     bool // the client went away: stop queueing
 
 	startedOnce sync.Once
 	started     chan struct{} // closed at the first output or the end
 }
 
 func newLiveStream() *liveStream {
-	return &liveStream{
-		wake:    make(chan struct{}, 1),
-		dropped: map[string]int64{},
-		carry:   map[string][]byte{},
-		started: make(chan struct{}),
+	l := &liveStream{
+		wake:     make(chan struct{}, 1),
+		dropped:  map[string]int64{},
+		carry:    map[string][]byte{},
+		started:  make(chan struct{}),
+		lastTake: time.Now(),
 	}
+	l.room = sync.NewCond(&l.mu)
+	return l
 }
 
 func (l *liveStream) signal() {
@@ -76,16 +86,37 @@ func (l *liveStream) push(stream string, p []byte) {
 		p = append(c, p...)
 		l.carry[stream] = nil
 	}
-	p, rest := splitUTF8(p)
+	p, rest := executors.SplitUTF8(p)
 	if len(rest) > 0 {
 		l.carry[stream] = append([]byte(nil), rest...)
 	}
 	if len(p) == 0 {
 		return
 	}
-	if l.queued+len(p) > liveBudget {
-		l.dropped[stream] += int64(len(p))
+	for l.queued+len(p) > liveBudget && !l.gone && !l.done {
+		if time.Since(l.lastTake) >= liveStall {
+			l.dropped[stream] += int64(len(p))
+			return
+		}
+		// The client is reading: wait for the writer to take the queue
+		// (it signals on every take; a stalled client is caught by the
+		// check above on the next wake, at the latest after liveStall).
+		l.waitRoom()
+	}
+	if l.gone || l.done {
 		return
+	}
+	l.queued += len(p)
+	// Small reads (a pipe often gives a few KiB) go into the last chunk
+	// while it has room: a chunk per read would pin a pooled buffer each
+	// and send a line each.
+	if n := len(l.queue); n > 0 {
+		last := &l.queue[n-1]
+		if last.stream == stream && last.data != nil && l.dropped[stream] == 0 && cap(*last.data)-len(*last.data) >= len(p) {
+			*last.data = append(*last.data, p...)
+			l.signal()
+			return
+		}
 	}
 	bp := chunkPool.Get().(*[]byte)
 	*bp = append((*bp)[:0], p...)
@@ -94,8 +125,19 @@ func (l *liveStream) push(stream string, p []byte) {
 		ch.dropped, l.dropped[stream] = d, 0
 	}
 	l.queue = append(l.queue, ch)
-	l.queued += len(p)
 	l.signal()
+}
+
+// waitRoom waits, with l.mu held, until the writer takes the queue or
+// liveStall passes.
+func (l *liveStream) waitRoom() {
+	t := time.AfterFunc(liveStall, func() {
+		l.mu.Lock()
+		l.room.Broadcast()
+		l.mu.Unlock()
+	})
+	l.room.Wait()
+	t.Stop()
 }
 
 // finish queues the final line (an observation or an error) after any
@@ -114,6 +156,7 @@ func (l *liveStream) finish(line []byte) {
 		}
 	}
 	l.final, l.done = line, true
+	l.room.Broadcast()
 	l.signal()
 }
 
@@ -125,6 +168,8 @@ func (l *liveStream) take(into []liveChunk) ([]liveChunk, []byte, bool) {
 	clear(l.queue)
 	l.queue = l.queue[:0]
 	l.queued = 0
+	l.lastTake = time.Now()
+	l.room.Broadcast()
 	if l.done {
 		var tail []liveChunk
 		for stream, d := range l.dropped {
@@ -143,6 +188,7 @@ func (l *liveStream) abandon() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.gone = true
+	l.room.Broadcast()
 	for _, c := range l.queue {
 		if c.data != nil {
 			chunkPool.Put(c.data)
@@ -192,31 +238,9 @@ func writeDroppedLine(w *bufio.Writer, stream string, n int64) {
 	b = append(b, `{"type":"output","stream":"`...)
 	b = append(b, stream...)
 	b = append(b, `","dropped":`...)
-	b = appendInt(b, n)
+	b = strconv.AppendInt(b, n, 10)
 	b = append(b, "}\n"...)
 	w.Write(b)
-}
-
-func appendInt(b []byte, n int64) []byte {
-	var tmp [20]byte
-	i := len(tmp)
-	neg := n < 0
-	if neg {
-		n = -n
-	}
-	for {
-		i--
-		tmp[i] = byte('0' + n%10)
-		n /= 10
-		if n == 0 {
-			break
-		}
-	}
-	if neg {
-		i--
-		tmp[i] = '-'
-	}
-	return append(b, tmp[i:]...)
 }
 
 // deadline gives the next write on conn streamWriteTimeout to complete.

@@ -3,6 +3,8 @@ package daemon
 import (
 	"bufio"
 	"encoding/base64"
+	"encoding/binary"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -17,36 +19,67 @@ var needsEscape = func() (t [256]bool) {
 }()
 
 // writeJSONString writes s as a JSON string literal. s must be valid UTF-8.
-// It is the hot path of output streaming, so it writes runs of plain bytes
-// straight from s.
+// It is the hot path of output streaming: it escapes into a reused buffer
+// and hands bufio one write.
 func writeJSONString(w *bufio.Writer, s []byte) {
+	bp := escBufs.Get().(*[]byte)
+	b := appendJSONString((*bp)[:0], s)
+	w.Write(b)
+	*bp = b
+	escBufs.Put(bp)
+}
+
+var escBufs = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
+
+// appendJSONString appends s as a JSON string literal to dst. It looks for
+// bytes that need escaping eight at a time (SWAR), so plain text costs
+// little more than a copy.
+func appendJSONString(dst, s []byte) []byte {
 	const hexdig = "0123456789abcdef"
-	w.WriteByte('"')
-	start := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !needsEscape[c] {
+	dst = append(dst, '"')
+	start, i := 0, 0
+	for i < len(s) {
+		if i+8 <= len(s) && !special8(binary.LittleEndian.Uint64(s[i:])) {
+			i += 8
 			continue
 		}
-		w.Write(s[start:i])
+		c := s[i]
+		if !needsEscape[c] {
+			i++
+			continue
+		}
+		dst = append(dst, s[start:i]...)
 		switch c {
 		case '"':
-			w.WriteString(`\"`)
+			dst = append(dst, '\\', '"')
 		case '\\':
-			w.WriteString(`\\`)
+			dst = append(dst, '\\', '\\')
 		case '\n':
-			w.WriteString(`\n`)
+			dst = append(dst, '\\', 'n')
 		case '\r':
-			w.WriteString(`\r`)
+			dst = append(dst, '\\', 'r')
 		case '\t':
-			w.WriteString(`\t`)
+			dst = append(dst, '\\', 't')
 		default:
-			w.Write([]byte{'\\', 'u', '0', '0', hexdig[c>>4], hexdig[c&15]})
+			dst = append(dst, '\\', 'u', '0', '0', hexdig[c>>4], hexdig[c&15])
 		}
-		start = i + 1
+		i++
+		start = i
 	}
-	w.Write(s[start:])
-	w.WriteByte('"')
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// special8 reports whether any of the 8 bytes in x is below 0x20, '"' or
+// '\\' (the classic "has a zero byte" and "has a byte less than n" tricks).
+func special8(x uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	less := (x - ones*0x20) & ^x & highs
+	q := x ^ (ones * '"')
+	quote := (q - ones) & ^q & highs
+	bs := x ^ (ones * '\\')
+	bslash := (bs - ones) & ^bs & highs
+	return less|quote|bslash != 0
 }
 
 // writeOutputLine writes one {"type":"output",...} line. Valid UTF-8 goes in
@@ -65,30 +98,4 @@ func writeOutputLine(w *bufio.Writer, stream string, p []byte) {
 		w.WriteByte('"')
 	}
 	w.WriteString("}\n")
-}
-
-// splitUTF8 splits p before an incomplete UTF-8 sequence at its end, so a
-// character cut by a read boundary is sent whole with the next chunk.
-func splitUTF8(p []byte) (whole, rest []byte) {
-	// A sequence is at most 4 bytes: look at the last 3 for its start.
-	for i := len(p) - 1; i >= 0 && i >= len(p)-3; i-- {
-		c := p[i]
-		if c < 0x80 {
-			return p, nil
-		}
-		if c >= 0xC0 {
-			need := 2
-			switch {
-			case c >= 0xF0:
-				need = 4
-			case c >= 0xE0:
-				need = 3
-			}
-			if len(p)-i < need {
-				return p[:i], p[i:]
-			}
-			return p, nil
-		}
-	}
-	return p, nil
 }

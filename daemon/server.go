@@ -38,6 +38,8 @@ func (d *Daemon) newServer(auth bool) *fasthttp.Server {
 		StreamRequestBody: true,
 		// Request headers beyond the read buffer get 431.
 		ReadBufferSize: 16 << 10,
+		// Streamed output goes out in large writes, not a syscall per 4 KiB.
+		WriteBufferSize: 64 << 10,
 		// Slow clients: the whole request must arrive in ReadTimeout; an
 		// idle keep-alive connection is closed after IdleTimeout. Writes
 		// of streamed answers have per-write deadlines instead of one
@@ -296,7 +298,7 @@ func (d *Daemon) action(ctx *fasthttp.RequestCtx, id string) {
 			live.finish(mustLine(api.StreamLine{Type: api.LineError, Error: &info}))
 			return
 		}
-		live.finish(mustLine(api.StreamLine{Type: api.LineObservation, Observation: &r.obs}))
+		live.finish(observationLine(&r.obs))
 	}
 	timer := time.NewTimer(commitAfter)
 	defer timer.Stop()
@@ -313,27 +315,51 @@ func (d *Daemon) action(ctx *fasthttp.RequestCtx, id string) {
 	case <-timer.C:
 		go func() { finish(<-done) }()
 	}
-	conn := ctx.Conn()
-	ctx.SetStatusCode(200)
-	ctx.SetContentType("application/x-ndjson")
-	ctx.SetBodyStreamWriter(d.streamWriter(func(w *bufio.Writer) { live.writeTo(w, conn) }))
+	d.stream(ctx, "application/x-ndjson", live.writeTo)
 }
 
-// streamWriter guards a body stream writer: fasthttp runs it after the
-// handler returned, outside recoverPanics.
-func (d *Daemon) streamWriter(f func(w *bufio.Writer)) func(w *bufio.Writer) {
-	return func(w *bufio.Writer) {
+// stream answers 200 with a body written by body straight onto the
+// connection. The connection is hijacked: fasthttp's own body streaming
+// goes through an in-memory pipe, an extra copy and goroutine hop per chunk
+// that a stream of gigabytes feels. The answer ends the connection
+// (Connection: close), which also marks the end of the body. body runs
+// after the handler returned, so it must not touch the request; a panic in
+// it ends that stream only.
+func (d *Daemon) stream(ctx *fasthttp.RequestCtx, contentType string, body func(w *bufio.Writer, conn net.Conn)) {
+	ctx.SetStatusCode(200)
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(c net.Conn) {
 		defer func() {
 			if r := recover(); r != nil {
 				d.log.Error("panic in stream writer", "panic", r, "stack", string(debug.Stack()))
 			}
 		}()
-		f(w)
-	}
+		w := bufio.NewWriterSize(c, 64<<10)
+		deadline(c)
+		w.WriteString("HTTP/1.1 200 OK\r\nServer: sandboxd\r\nContent-Type: " + contentType + "\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n")
+		body(w, c)
+		deadline(c)
+		w.Flush()
+	})
 }
 
 func acceptsNDJSON(ctx *fasthttp.RequestCtx) bool {
 	return bytes.Contains(ctx.Request.Header.Peek(fasthttp.HeaderAccept), []byte("application/x-ndjson"))
+}
+
+// observationLine renders the final line of a streamed answer. The
+// observation may carry megabytes of output: it is encoded once, not
+// re-validated and copied by encoding/json around its MarshalJSON.
+func observationLine(o *api.Observation) []byte {
+	b, err := o.MarshalJSON()
+	if err != nil {
+		return mustLine(api.StreamLine{Type: api.LineObservation, Observation: o})
+	}
+	const head = `{"type":"observation","observation":`
+	line := make([]byte, 0, len(head)+len(b)+2)
+	line = append(line, head...)
+	line = append(line, b...)
+	return append(line, "}\n"...)
 }
 
 func mustLine(l api.StreamLine) []byte {
@@ -373,10 +399,7 @@ func (d *Daemon) events(ctx *fasthttp.RequestCtx, id string) {
 		writeError(ctx, err)
 		return
 	}
-	conn := ctx.Conn()
-	ctx.SetStatusCode(200)
-	ctx.SetContentType("application/x-ndjson")
-	ctx.SetBodyStreamWriter(d.streamWriter(func(w *bufio.Writer) {
+	d.stream(ctx, "application/x-ndjson", func(w *bufio.Writer, conn net.Conn) {
 		write := func(_ int64, ev []byte) error {
 			deadline(conn)
 			if _, err := w.Write(ev); err != nil {
@@ -425,7 +448,7 @@ func (d *Daemon) events(ctx *fasthttp.RequestCtx, id string) {
 				return
 			}
 		}
-	}))
+	})
 }
 
 func endLine(shutdown bool) string {
@@ -460,14 +483,9 @@ func (d *Daemon) output(ctx *fasthttp.RequestCtx, id, seqs string) {
 		writeError(ctx, err)
 		return
 	}
-	conn := ctx.Conn()
-	ctx.SetStatusCode(200)
-	ctx.SetContentType("application/octet-stream")
-	ctx.SetBodyStreamWriter(d.streamWriter(func(w *bufio.Writer) {
-		deadline(conn)
+	d.stream(ctx, "application/octet-stream", func(w *bufio.Writer, conn net.Conn) {
 		_, _ = s.log.Output(seq, stream, deadlineWriter{w, conn})
-		w.Flush()
-	}))
+	})
 }
 
 // deadlineWriter renews the write deadline before each write.
