@@ -1,0 +1,289 @@
+package tests
+
+// Benchmarks of the daemon core against their floors, measured in the same
+// run. Run them with
+//
+//	go test -run '^$' -bench . -benchtime 2000x ./tests/
+//
+// Each reports its own p50 (or throughput) next to the floor's and the
+// ratio; docs/benchmarks.md records the results.
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/api"
+	"github.com/sandboxd/sandboxd/client"
+)
+
+func p50(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func micros(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+
+// benchDaemon starts a daemon for a benchmark and returns a TCP client: the
+// benchmarks measure the REST API on loopback, token and all.
+func benchDaemon(b *testing.B) (*daemon, *client.Client) {
+	b.Helper()
+	if raceEnabled {
+		b.Skip("benchmarks are meaningless under -race")
+	}
+	d := startDaemon(b, "--log-level", "warn")
+	c := d.tcpClient(d.token)
+	b.Cleanup(func() { c.Close() })
+	return d, c
+}
+
+// osExecTrue is the floor: plain os/exec of true from Go.
+func osExecTrue(b *testing.B) time.Duration {
+	start := time.Now()
+	if err := exec.Command("true").Run(); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(start)
+}
+
+// BenchmarkExecTrue: one-shot `exec true` over REST vs os/exec of true.
+func BenchmarkExecTrue(b *testing.B) {
+	_, c := benchDaemon(b)
+	ctx := context.Background()
+	id := newSandbox(b, c)
+	a := api.Exec("true")
+	for i := 0; i < 20; i++ { // warm up connections and caches
+		osExecTrue(b)
+		if _, err := c.Act(ctx, id, a); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var floor, got []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		floor = append(floor, osExecTrue(b))
+		start := time.Now()
+		o, err := c.Act(ctx, id, a)
+		got = append(got, time.Since(start))
+		if err != nil || o.ExitCode == nil || *o.ExitCode != 0 {
+			b.Fatalf("exec true: %+v %v", o, err)
+		}
+	}
+	b.StopTimer()
+	f, g := p50(floor), p50(got)
+	b.ReportMetric(micros(f), "floor-p50-µs")
+	b.ReportMetric(micros(g), "p50-µs")
+	b.ReportMetric(float64(g)/float64(f), "ratio")
+}
+
+// BenchmarkRunTrue: `run true` in a warm bash session vs os/exec of true.
+func BenchmarkRunTrue(b *testing.B) {
+	_, c := benchDaemon(b)
+	ctx := context.Background()
+	id := newSandbox(b, c)
+	a := api.Run("true")
+	for i := 0; i < 20; i++ {
+		osExecTrue(b)
+		if _, err := c.Act(ctx, id, a); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var floor, got []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		floor = append(floor, osExecTrue(b))
+		start := time.Now()
+		o, err := c.Act(ctx, id, a)
+		got = append(got, time.Since(start))
+		if err != nil || o.ExitCode == nil || *o.ExitCode != 0 {
+			b.Fatalf("run true: %+v %v", o, err)
+		}
+	}
+	b.StopTimer()
+	f, g := p50(floor), p50(got)
+	b.ReportMetric(micros(f), "floor-p50-µs")
+	b.ReportMetric(micros(g), "p50-µs")
+	b.ReportMetric(float64(g)/float64(f), "ratio")
+}
+
+// BenchmarkExecTrueParallel32: 32 concurrent clients, each with a sandbox
+// of its own, doing `exec true`, vs 32 goroutines doing os/exec of true.
+// b.N is ignored: each side runs for the same fixed time.
+func BenchmarkExecTrueParallel32(b *testing.B) {
+	const workers = 32
+	const span = 3 * time.Second
+	_, c := benchDaemon(b)
+	ctx := context.Background()
+	ids := make([]string, workers)
+	for i := range ids {
+		ids[i] = newSandbox(b, c)
+	}
+	measure := func(op func(w int) error) float64 {
+		var n atomic.Int64
+		var wg sync.WaitGroup
+		var failed atomic.Value
+		deadline := time.Now().Add(span)
+		start := time.Now()
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(deadline) {
+					if err := op(w); err != nil {
+						failed.Store(err)
+						return
+					}
+					n.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		if err, _ := failed.Load().(error); err != nil {
+			b.Fatal(err)
+		}
+		return float64(n.Load()) / time.Since(start).Seconds()
+	}
+	floorOp := func(int) error { return exec.Command("true").Run() }
+	a := api.Exec("true")
+	apiOp := func(w int) error {
+		o, err := c.Act(ctx, ids[w], a)
+		if err == nil && (o.ExitCode == nil || *o.ExitCode != 0) {
+			err = fmt.Errorf("exec true: %+v", o)
+		}
+		return err
+	}
+	b.ResetTimer()
+	// Interleave halves so drift affects both sides alike.
+	f1, g1 := measure(floorOp), measure(apiOp)
+	g2, f2 := measure(apiOp), measure(floorOp)
+	b.StopTimer()
+	f, g := (f1+f2)/2, (g1+g2)/2
+	b.ReportMetric(f, "floor-ops/s")
+	b.ReportMetric(g, "ops/s")
+	b.ReportMetric(g/f, "ratio")
+}
+
+// procStatus reads a field (in kB) of /proc/PID/status.
+func procStatus(pid int, field string) int64 {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return -1
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return n
+		}
+	}
+	return -1
+}
+
+// BenchmarkStream200MB: 200 MB of printable output (`yes` of a 100-byte
+// line into head) through exec with NDJSON streaming, received by the
+// client; reports throughput and the daemon's peak RSS growth.
+func BenchmarkStream200MB(b *testing.B) {
+	const total = 200_000_000
+	d, c := benchDaemon(b)
+	ctx := context.Background()
+	id := newSandbox(b, c)
+	line := strings.Repeat("y", 99)
+	script := fmt.Sprintf("yes %s | head -c %d", line, total)
+	a := api.Exec("sh", "-c", script)
+	a.TimeoutS = api.Seconds(300)
+	// The floor: this program reading the same pipeline through os/exec.
+	floorRate := func() float64 {
+		cmd := exec.Command("sh", "-c", script)
+		r, err := cmd.StdoutPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		buf := make([]byte, 128<<10)
+		var n int64
+		for {
+			k, err := r.Read(buf)
+			n += int64(k)
+			if err != nil {
+				break
+			}
+		}
+		cmd.Wait()
+		if n != total {
+			b.Fatalf("floor read %d bytes", n)
+		}
+		return float64(n) / time.Since(start).Seconds() / 1e9
+	}
+	var rates, floors []float64
+	var growth int64
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		floors = append(floors, floorRate())
+		pid := d.cmd.Process.Pid
+		// "5" resets the peak RSS (VmHWM) to the current RSS.
+		_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/clear_refs", []byte("5"), 0)
+		base := procStatus(pid, "VmRSS")
+		var got, dropped atomic.Int64
+		start := time.Now()
+		o, err := c.ActStream(ctx, id, a, func(out client.Output) {
+			got.Add(int64(len(out.Data)))
+			dropped.Add(out.Dropped)
+		})
+		el := time.Since(start)
+		if err != nil || o.ExitCode == nil || *o.ExitCode != 0 {
+			b.Fatalf("stream: %+v %v", o, err)
+		}
+		if got.Load()+dropped.Load() != total {
+			b.Fatalf("received %d + dropped %d bytes, want %d", got.Load(), dropped.Load(), total)
+		}
+		if dropped.Load() > 0 {
+			b.Logf("the client fell behind: %d bytes dropped from the live stream", dropped.Load())
+		}
+		rates = append(rates, float64(got.Load())/el.Seconds()/1e9)
+		if g := procStatus(pid, "VmHWM") - base; g > growth {
+			growth = g
+		}
+	}
+	b.StopTimer()
+	slices.Sort(rates)
+	slices.Sort(floors)
+	b.ReportMetric(floors[len(floors)/2], "floor-GB/s")
+	b.ReportMetric(rates[len(rates)/2], "GB/s")
+	b.ReportMetric(rates[len(rates)/2]/floors[len(floors)/2], "ratio")
+	b.ReportMetric(float64(growth)/1024, "peak-rss-growth-MB")
+}
+
+// BenchmarkIdleRSS reports the resident memory of an idle daemon: started,
+// one sandbox created and deleted, then left alone for a second.
+func BenchmarkIdleRSS(b *testing.B) {
+	var rss []float64
+	for i := 0; i < b.N; i++ {
+		d, c := benchDaemon(b)
+		ctx := context.Background()
+		idle := procStatus(d.cmd.Process.Pid, "VmRSS")
+		id := newSandbox(b, c)
+		if err := c.DeleteSandbox(ctx, id); err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		after := procStatus(d.cmd.Process.Pid, "VmRSS")
+		rss = append(rss, float64(max(idle, after))/1024)
+		d.stop()
+	}
+	slices.Sort(rss)
+	b.ReportMetric(rss[len(rss)/2], "idle-rss-MB")
+}
