@@ -245,6 +245,15 @@ func (c *Config) Validate() error {
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return errors.New("tls_cert and tls_key go together")
 	}
+	for _, l := range c.Listen {
+		network, addr, err := ParseListen(l)
+		if err != nil {
+			return err
+		}
+		if network == "tcp" && c.TLSCert == "" && !c.AllowInsecureListen && !isLoopback(addr) {
+			return fmt.Errorf("refusing to listen on %s without TLS: anyone who can reach it and sees the token can run code on this host; set tls_cert/tls_key, or allow_insecure_listen if the network is trusted", addr)
+		}
+	}
 	if c.MaxBodyBytes <= 0 {
 		return errors.New("max_body_bytes must be positive")
 	}

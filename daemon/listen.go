@@ -84,10 +84,8 @@ func (d *Daemon) listen() ([]listener, []string, error) {
 		}
 		switch network {
 		case "tcp":
+			// Config.Validate refused non-loopback addresses without TLS.
 			tls := d.cfg.TLSCert != ""
-			if !tls && !d.cfg.AllowInsecureListen && !isLoopback(addr) {
-				return fail(fmt.Errorf("refusing to listen on %s without TLS: anyone who can reach it and sees the token can run code on this host; set tls_cert/tls_key, or allow_insecure_listen if the network is trusted", addr))
-			}
 			ln, err := net.Listen("tcp", addr)
 			if err != nil {
 				return fail(err)

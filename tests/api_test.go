@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -256,4 +257,41 @@ func TestInfoHealthMetrics(t *testing.T) {
 			t.Errorf("metrics lack %q:\n%s", want, body)
 		}
 	}
+}
+
+func TestStartupRefusals(t *testing.T) {
+	d := startDaemon(t)
+	if fi, err := os.Stat(d.sock); err != nil || fi.Mode().Perm() != 0o660 {
+		t.Fatalf("socket mode: %v %v", fi.Mode(), err)
+	}
+	serve := func(args ...string) (string, error) {
+		cmd := exec.Command(binary, append([]string{"serve"}, args...)...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	state := filepath.Join(d.dir, "other-state")
+	// No TLS on a non-loopback address: refused, nothing listens.
+	out, err := serve("--state-dir", state, "--listen", "tcp://0.0.0.0:0")
+	if err == nil || !strings.Contains(out, "without TLS") {
+		t.Fatalf("non-loopback listener: %v %s", err, out)
+	}
+	// A second daemon on a state directory in use: refused at once.
+	out, err = serve("--state-dir", d.stateDir, "--listen", "unix://"+filepath.Join(t.TempDir(), "s"))
+	if err == nil || !strings.Contains(out, "in use by another sandboxd") {
+		t.Fatalf("second daemon on the same state dir: %v %s", err, out)
+	}
+	// A socket another daemon serves on is not taken over.
+	out, err = serve("--state-dir", state, "--listen", "unix://"+d.sock)
+	if err == nil || !strings.Contains(out, "in use") {
+		t.Fatalf("socket in use: %v %s", err, out)
+	}
+	// A short token is refused.
+	tok := filepath.Join(t.TempDir(), "tok")
+	os.WriteFile(tok, []byte("short\n"), 0o600)
+	out, err = serve("--state-dir", state, "--listen", "unix://"+filepath.Join(t.TempDir(), "s"), "--token-file", tok)
+	if err == nil || !strings.Contains(out, "shorter than") {
+		t.Fatalf("short token: %v %s", err, out)
+	}
+	// The first daemon is unaffected.
+	wantRun(t, run(t, d.client(), newSandbox(t, d.client()), "echo ok"), 0, "ok\n")
 }

@@ -95,7 +95,12 @@ func New(cfg Config) (*Backend, error) {
 		return nil, errors.New("process backend: user isolation needs a UID base and a UID lock directory")
 	}
 	if cfg.UserIsolation {
-		if err := os.MkdirAll(cfg.UIDLockDir, 0o700); err != nil {
+		// The parent (/run/sandboxd) also holds the socket: only the lock
+		// directory itself is private.
+		if err := os.MkdirAll(filepath.Dir(cfg.UIDLockDir), 0o755); err != nil {
+			return nil, fmt.Errorf("process backend: %w", err)
+		}
+		if err := os.Mkdir(cfg.UIDLockDir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 			return nil, fmt.Errorf("process backend: %w", err)
 		}
 	}
