@@ -218,7 +218,7 @@ func openapiParse(data string) (*openapiSpec, error) {
 		}
 	}
 
-	comps, n, ok := openapiSection(ls, 0, "components:")
+	comps, _, ok := openapiSection(ls, 0, "components:")
 	if !ok {
 		return nil, lineError(0, "no top-level components: block")
 	}

@@ -498,7 +498,7 @@ func (s *sandbox) act(a *api.Action, live *liveStream) (api.Observation, error) 
 	if err == nil {
 		obs.Kind, obs.Cause = a.Kind, seq
 		if n := sink.note(); n != "" {
-			obs.Note = joinNotes(obs.Note, n)
+			obs.Note = executors.JoinNotes(obs.Note, n)
 		}
 		ev.Type, ev.Observation = api.EventObservation, &obs
 	} else {
@@ -692,14 +692,4 @@ func (m *manager) closeAll(ctx context.Context) {
 		}()
 	}
 	wg.Wait()
-}
-
-func joinNotes(a, b string) string {
-	switch {
-	case a == "":
-		return b
-	case b == "":
-		return a
-	}
-	return a + "; " + b
 }

@@ -38,6 +38,17 @@ type OutputSink interface {
 	Record(stream string, p []byte)
 }
 
+// JoinNotes joins two observation notes with "; ", skipping empty ones.
+func JoinNotes(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "; " + b
+}
+
 // Discard is an OutputSink that drops everything.
 var Discard OutputSink = discard{}
 

@@ -57,42 +57,18 @@ func osExecTrue(b *testing.B) time.Duration {
 }
 
 // BenchmarkExecTrue: one-shot `exec true` over REST vs os/exec of true.
-func BenchmarkExecTrue(b *testing.B) {
-	_, c := benchDaemon(b)
-	ctx := context.Background()
-	id := newSandbox(b, c)
-	a := api.Exec("true")
-	for i := 0; i < 20; i++ { // warm up connections and caches
-		osExecTrue(b)
-		if _, err := c.Act(ctx, id, a); err != nil {
-			b.Fatal(err)
-		}
-	}
-	var floor, got []time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		floor = append(floor, osExecTrue(b))
-		start := time.Now()
-		o, err := c.Act(ctx, id, a)
-		got = append(got, time.Since(start))
-		if err != nil || o.ExitCode == nil || *o.ExitCode != 0 {
-			b.Fatalf("exec true: %+v %v", o, err)
-		}
-	}
-	b.StopTimer()
-	f, g := p50(floor), p50(got)
-	b.ReportMetric(micros(f), "floor-p50-µs")
-	b.ReportMetric(micros(g), "p50-µs")
-	b.ReportMetric(float64(g)/float64(f), "ratio")
-}
+func BenchmarkExecTrue(b *testing.B) { benchLatency(b, api.Exec("true")) }
 
 // BenchmarkRunTrue: `run true` in a warm bash session vs os/exec of true.
-func BenchmarkRunTrue(b *testing.B) {
+func BenchmarkRunTrue(b *testing.B) { benchLatency(b, api.Run("true")) }
+
+// benchLatency measures a over REST against os/exec of true, alternately,
+// and reports both p50s and their ratio.
+func benchLatency(b *testing.B, a *api.Action) {
 	_, c := benchDaemon(b)
 	ctx := context.Background()
 	id := newSandbox(b, c)
-	a := api.Run("true")
-	for i := 0; i < 20; i++ {
+	for i := 0; i < 20; i++ { // warm up connections, caches, the session
 		osExecTrue(b)
 		if _, err := c.Act(ctx, id, a); err != nil {
 			b.Fatal(err)
@@ -106,7 +82,7 @@ func BenchmarkRunTrue(b *testing.B) {
 		o, err := c.Act(ctx, id, a)
 		got = append(got, time.Since(start))
 		if err != nil || o.ExitCode == nil || *o.ExitCode != 0 {
-			b.Fatalf("run true: %+v %v", o, err)
+			b.Fatalf("%s: %+v %v", a.Kind, o, err)
 		}
 	}
 	b.StopTimer()

@@ -95,8 +95,8 @@ func TestExecLargeOutputIsCappedAndStreamed(t *testing.T) {
 	o, err = c.ActStream(ctxT(t, 30*time.Second), id, api.Exec("printf", `\377\376ok\000`), func(out client.Output) {
 		got = append(got, out.Data...)
 	})
-	if err != nil || string(got) != "\xff\xfeok\x00" {
-		t.Fatalf("binary stream %q, %v", got, err)
+	if err != nil || string(got) != "\xff\xfeok\x00" || o.ExitCode == nil || *o.ExitCode != 0 {
+		t.Fatalf("binary stream %q, %+v, %v", got, o, err)
 	}
 }
 

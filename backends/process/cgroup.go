@@ -582,11 +582,6 @@ func cgroupMounts() (map[string]mount, error) {
 // ownCgroups maps "" to our cgroup2 path and v1 controllers to our paths.
 func ownCgroups() (map[string]string, error) { return parseCgroupFile("/proc/self/cgroup") }
 
-// threadCgroups is ownCgroups for the calling thread.
-func threadCgroups() (map[string]string, error) {
-	return parseCgroupFile("/proc/thread-self/cgroup")
-}
-
 func parseCgroupFile(file string) (map[string]string, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {

@@ -84,13 +84,6 @@ func TestParseCgroupFile(t *testing.T) {
 	if len(own) == 0 {
 		t.Error("ownCgroups() is empty")
 	}
-	thread, err := threadCgroups()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(thread) != len(own) {
-		t.Errorf("threadCgroups() = %v, ownCgroups() = %v", thread, own)
-	}
 }
 
 func TestMountRel(t *testing.T) {

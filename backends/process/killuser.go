@@ -1,11 +1,7 @@
 package process
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
-	"os"
-	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -41,37 +37,4 @@ func killUser(uid int) error {
 		return true // this thread's credentials are spoiled
 	})
 	return err
-}
-
-// userPids lists the processes whose real uid is uid.
-func userPids(uid int) []int {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var pids []int
-	want := []byte(strconv.Itoa(uid))
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		f, err := os.Open("/proc/" + e.Name() + "/status")
-		if err != nil {
-			continue
-		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			line := sc.Bytes()
-			if bytes.HasPrefix(line, []byte("Uid:")) {
-				fields := bytes.Fields(line[4:])
-				if len(fields) > 0 && bytes.Equal(fields[0], want) {
-					pids = append(pids, pid)
-				}
-				break
-			}
-		}
-		f.Close()
-	}
-	return pids
 }

@@ -277,24 +277,24 @@ func lookPath(prog, pathEnv, dir string) (string, error) {
 // (their pipes and terminals die with it), so stop them; keep the files.
 // The uid is let go too: Recover takes it again.
 func (s *sandbox) Close(ctx context.Context) error {
-	s.mu.Lock()
-	s.destroyed = true
-	s.mu.Unlock()
-	s.starting.Wait()
-	err := s.killAll()
-	err = errors.Join(err, s.cg.remove())
+	err := s.stop()
 	s.b.releaseUID(s.st.UID)
 	return err
 }
 
-// Destroy implements backends.Sandbox.
-func (s *sandbox) Destroy(ctx context.Context) error {
+// stop refuses new processes, waits for Starts in progress, kills every
+// process of the sandbox and removes its cgroups.
+func (s *sandbox) stop() error {
 	s.mu.Lock()
 	s.destroyed = true
 	s.mu.Unlock()
 	s.starting.Wait()
-	errs := s.killAll()
-	errs = errors.Join(errs, s.cg.remove())
+	return errors.Join(s.killAll(), s.cg.remove())
+}
+
+// Destroy implements backends.Sandbox.
+func (s *sandbox) Destroy(ctx context.Context) error {
+	errs := s.stop()
 	// Nothing of the sandbox runs any more, so nothing can swap a symlink
 	// in while these run; RemoveAll never follows links anyway.
 	for _, d := range []string{s.st.Workspace, s.st.Tmp} {

@@ -165,7 +165,7 @@ func (e *Executor) run(ctx context.Context, a *api.Action, out executors.OutputS
 		if err != nil {
 			return api.Observation{}, err
 		}
-		note = joinNotes(note, startNote)
+		note = executors.JoinNotes(note, startNote)
 	}
 	obs, err := s.do(ctx, a, out, e.timeout(a, e.cfg.DefaultTimeout))
 	if err != nil {
@@ -174,7 +174,7 @@ func (e *Executor) run(ctx context.Context, a *api.Action, out executors.OutputS
 	if obs.SessionEnded {
 		e.drop(name, s)
 	}
-	obs.Note = joinNotes(note, obs.Note)
+	obs.Note = executors.JoinNotes(note, obs.Note)
 	return obs, nil
 }
 
@@ -329,16 +329,6 @@ func (e *Executor) newSession(ctx context.Context, name string) (*session, error
 			return nil, ctx.Err()
 		}
 	}
-}
-
-func joinNotes(a, b string) string {
-	switch {
-	case a == "":
-		return b
-	case b == "":
-		return a
-	}
-	return a + "; " + b
 }
 
 // session is one bash on a terminal.

@@ -104,7 +104,7 @@ func (e *Executor) Execute(ctx context.Context, a *api.Action, out executors.Out
 			obs.Note = "stopped because the daemon or the sandbox is shutting down"
 		}
 		if err := p.Kill(); err != nil {
-			obs.Note = joinNote(obs.Note, "killing the process tree: "+err.Error())
+			obs.Note = executors.JoinNotes(obs.Note, "killing the process tree: "+err.Error())
 		}
 		reap, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		st, werr = p.Wait(reap)
@@ -122,11 +122,4 @@ func (e *Executor) Execute(ctx context.Context, a *api.Action, out executors.Out
 	obs.Stdout, obs.Stderr = stdout.cap.String(), stderr.cap.String()
 	obs.Truncated = stdout.cap.Truncated() || stderr.cap.Truncated()
 	return obs, nil
-}
-
-func joinNote(a, b string) string {
-	if a == "" {
-		return b
-	}
-	return a + "; " + b
 }
