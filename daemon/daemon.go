@@ -221,6 +221,7 @@ func (d *Daemon) Token() string { return d.token }
 func (d *Daemon) Run(ctx context.Context, ready func(addrs []string)) error {
 	lns, addrs, err := d.listen()
 	if err != nil {
+		d.Close()
 		return err
 	}
 	errc := make(chan error, len(lns))
@@ -287,6 +288,7 @@ func (d *Daemon) shutdown() error {
 			}
 		}
 		d.mgr.closeAll(context.Background())
+		d.closeBackends()
 		for _, s := range d.sockets {
 			os.Remove(s)
 		}
@@ -303,9 +305,22 @@ func (d *Daemon) Close() error {
 		close(d.stop)
 		close(d.abort)
 		d.mgr.closeAll(context.Background())
+		d.closeBackends()
 		d.lock.Close()
 	})
 	return nil
+}
+
+// closeBackends lets the backends release what they hold themselves, once
+// every sandbox is closed.
+func (d *Daemon) closeBackends() {
+	for _, name := range d.order {
+		if c, ok := d.backends[name].(interface{ Close() error }); ok {
+			if err := c.Close(); err != nil {
+				d.log.Warn("close backend", "backend", name, "err", err)
+			}
+		}
+	}
 }
 
 // info answers GET /v1/info.

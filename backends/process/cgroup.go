@@ -70,13 +70,19 @@ func newCgroups(parent string) (*cgroups, error) {
 			c.v2Limits = enableControllers(m.dir, dir, []string{"memory", "pids", "cpu"})
 		}
 	}
+	// v1 parents are named like the cgroup2 one, so each daemon has its
+	// own and removing it at Close touches no other daemon's.
+	name := "sandboxd"
+	if parent != "" {
+		name = filepath.Base(parent)
+	}
 	if !c.v2Limits {
 		for _, ctl := range v1Controllers {
 			m, ok := mounts[ctl]
 			if !ok {
 				continue
 			}
-			dir := filepath.Join(m.dir, m.rel(own[ctl]), "sandboxd")
+			dir := filepath.Join(m.dir, m.rel(own[ctl]), name)
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				continue
 			}

@@ -164,6 +164,24 @@ func searchable(d string) error {
 	}
 }
 
+// Close releases what the backend itself holds once its sandboxes are
+// closed or destroyed: its cgroup parents, when they are empty (a parent
+// holding sandboxes to re-adopt later stays).
+func (b *Backend) Close() error {
+	b.devNull.Close()
+	if b.cg == nil {
+		return nil
+	}
+	for _, dir := range append([]string{b.cg.v2}, mapValues(b.cg.v1)...) {
+		if dir != "" {
+			// EBUSY: sandboxes remain (or, for the v1 parent, another
+			// daemon uses it too).
+			_ = unix.Rmdir(dir)
+		}
+	}
+	return nil
+}
+
 // Name implements backends.Backend.
 func (b *Backend) Name() string { return api.BackendProcess }
 

@@ -129,7 +129,7 @@ func newTestHost(t *testing.T, userIsolation, cgroups bool) *testHost {
 		h.cfg.UIDBase = testUIDBase
 		h.cfg.UIDLockDir = filepath.Join(root, "uids")
 	}
-	v1Parents := v1ParentDirs(t)
+	v1Parents := v1ParentDirs(t, filepath.Base(h.cfg.CgroupParent))
 	existed := map[string]bool{}
 	for _, d := range v1Parents {
 		if _, err := os.Stat(d); err == nil {
@@ -140,8 +140,8 @@ func newTestHost(t *testing.T, userIsolation, cgroups bool) *testHost {
 	return h
 }
 
-// v1ParentDirs returns where newCgroups puts its v1 parents.
-func v1ParentDirs(t *testing.T) []string {
+// v1ParentDirs returns where newCgroups puts its v1 parents, named name.
+func v1ParentDirs(t *testing.T, name string) []string {
 	mounts, err := cgroupMounts()
 	if err != nil {
 		return nil
@@ -153,7 +153,7 @@ func v1ParentDirs(t *testing.T) []string {
 	var dirs []string
 	for _, ctl := range v1Controllers {
 		if m, ok := mounts[ctl]; ok {
-			dirs = append(dirs, filepath.Join(m.dir, m.rel(own[ctl]), "sandboxd"))
+			dirs = append(dirs, filepath.Join(m.dir, m.rel(own[ctl]), name))
 		}
 	}
 	return dirs
