@@ -1,0 +1,135 @@
+package daemon_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/api"
+	"github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/daemon"
+)
+
+// inProcess runs a daemon in this process, on a unix socket and a loopback
+// port, and returns clients of both (the TCP one with the token).
+func inProcess(t *testing.T) (unix, tcp *client.Client, addr string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "sbd-api-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Sandboxes may run as users of their own: they pass through.
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr = ln.Addr().String()
+	ln.Close()
+	cfg := daemon.DefaultConfig()
+	cfg.StateDir = filepath.Join(dir, "state")
+	cfg.Listen = []string{"unix://" + filepath.Join(dir, "s.sock"), "tcp://" + addr}
+	cfg.Process.UIDLockDir = "/run/sandboxd/uids"
+	if os.Geteuid() != 0 {
+		cfg.Process.UIDLockDir = ""
+	}
+	d, err := daemon.New(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx, func([]string) { close(ready) }) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("daemon: %v", err)
+	}
+	unix, _ = client.New("unix://" + filepath.Join(dir, "s.sock"))
+	tcp, _ = client.New("http://"+addr, client.WithToken(d.Token()))
+	t.Cleanup(func() {
+		unix.Close()
+		tcp.Close()
+		cancel()
+		<-done
+		os.RemoveAll(dir)
+	})
+	return unix, tcp, addr
+}
+
+func TestInProcessAPI(t *testing.T) {
+	unix, tcp, addr := inProcess(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	sb, err := tcp.CreateSandbox(ctx, api.CreateSandboxRequest{Labels: map[string]string{"k": "v"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := unix.GetSandbox(ctx, sb.ID); err != nil || got.Labels["k"] != "v" {
+		t.Fatalf("get over the socket: %+v %v", got, err)
+	}
+	o, err := tcp.Run(ctx, sb.ID, "cd /tmp; echo $((1+1))")
+	if err != nil || o.Output != "2\n" || *o.ExitCode != 0 || o.Cwd != "/tmp" {
+		t.Fatalf("run: %+v %v", o, err)
+	}
+	o, err = unix.Exec(ctx, sb.ID, "sh", "-c", "echo err >&2; exit 5")
+	if err != nil || o.Stderr != "err\n" || *o.ExitCode != 5 {
+		t.Fatalf("exec: %+v %v", o, err)
+	}
+	var streamed strings.Builder
+	o, err = tcp.ActStream(ctx, sb.ID, api.Run("printf 'a\\nb\\n'"), func(out client.Output) { streamed.Write(out.Data) })
+	if err != nil || streamed.String() != "a\nb\n" || o.Output != "a\nb\n" {
+		t.Fatalf("stream: %q %+v %v", streamed.String(), o, err)
+	}
+	var kinds []string
+	if err := unix.Events(ctx, sb.ID, 0, false, func(ev api.Event) error {
+		kinds = append(kinds, ev.Type)
+		return nil
+	}); err != nil || len(kinds) != 6 {
+		t.Fatalf("events: %v %v", kinds, err)
+	}
+
+	// API errors keep their class across the wire, on both transports.
+	busy := api.Run("sleep 5")
+	busy.TimeoutS = api.Seconds(0.1)
+	if _, err := tcp.Act(ctx, sb.ID, busy); err != nil {
+		t.Fatal(err)
+	}
+	bad, _ := client.New("http://"+addr, client.WithToken("not-the-token-not-the-token"))
+	defer bad.Close()
+	for name, tc := range map[string]struct {
+		err  error
+		want error
+	}{
+		"not found":        {errOf(unix.GetSandbox(ctx, "sb-nothere00000")), client.ErrNotFound},
+		"conflict":         {errOf(tcp.Run(ctx, sb.ID, "echo busy")), client.ErrConflict},
+		"invalid argument": {errOf(tcp.Act(ctx, sb.ID, &api.Action{Kind: api.KindExec})), client.ErrInvalidArgument},
+		"unsupported":      {errOf(tcp.Act(ctx, sb.ID, &api.Action{Kind: api.KindIPython, Code: "1"})), client.ErrUnsupported},
+		"unauthenticated":  {errOf(bad.ListSandboxes(ctx)), client.ErrUnauthenticated},
+	} {
+		if !errors.Is(tc.err, tc.want) {
+			t.Errorf("%s: got %v", name, tc.err)
+		}
+		var ce *client.Error
+		if !errors.As(tc.err, &ce) || ce.Message == "" {
+			t.Errorf("%s: not a *client.Error with a message: %v", name, tc.err)
+		}
+	}
+	if err := unix.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := tcp.DeleteSandbox(ctx, sb.ID); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("delete twice: %v", err)
+	}
+}
+
+func errOf[T any](_ T, err error) error { return err }
