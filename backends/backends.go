@@ -77,6 +77,8 @@ type Sandbox interface {
 	// it from starting is an error too. A process that starts and then
 	// fails is not.
 	Start(ctx context.Context, p ProcessSpec) (Process, error)
+	// FS gives confined access to the sandbox's files (see FS).
+	FS() FS
 	// Close lets go of the sandbox when the daemon stops: processes that
 	// cannot outlive the daemon are stopped, files are kept, and Recover
 	// can re-adopt it later.

@@ -112,6 +112,8 @@ func Run(t *testing.T, newBackend func(t *testing.T) backends.Backend, opts Opti
 		{"CloseThenRecover", true, false, s.testCloseRecover},
 		{"CloseThenRecoverOnNewBackend", true, false, s.testCloseRecoverNewBackend},
 		{"UserIsolation", true, false, s.testUserIsolation},
+		{"FSRoundTrip", true, false, s.testFSRoundTrip},
+		{"FSConfined", true, false, s.testFSConfined},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1054,5 +1056,83 @@ func (s *suite) testUserIsolation(t *testing.T) {
 	st, out, _ = Exec(t, b, "cat", "/proc/"+strconv.Itoa(os.Getpid())+"/environ")
 	if strings.Contains(out, secret) {
 		t.Errorf("a sandbox read the test process's environment (exit %+v)", st)
+	}
+}
+
+// testFSRoundTrip: what the daemon writes through FS, the sandbox reads as
+// its own (at the path FS.Path names, owned by its user), and the other way
+// round.
+func (s *suite) testFSRoundTrip(t *testing.T) {
+	_, sb, _ := s.sandbox(t)
+	fsys := sb.FS()
+	rel, err := fsys.Rel("dir/from-daemon.txt")
+	if err != nil || rel != "dir/from-daemon.txt" {
+		t.Fatalf("Rel: %q %v", rel, err)
+	}
+	if got, err := fsys.Rel(fsys.Path(rel)); err != nil || got != rel {
+		t.Fatalf("Rel(Path(%q)) = %q, %v", rel, got, err)
+	}
+	root, err := fsys.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	if err := root.MkdirAll("dir", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := root.Create(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("written by the daemon\n")
+	uid, gid := fsys.Owner()
+	if uid >= 0 {
+		if err := f.Chown(uid, gid); err != nil {
+			t.Fatal(err)
+		}
+		if err := root.Lchown("dir", uid, gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Close()
+	if got := MustExec(t, sb, "cat", fsys.Path(rel)); got != "written by the daemon\n" {
+		t.Fatalf("the sandbox reads %q", got)
+	}
+	// The sandbox can change what the daemon gave it.
+	MustExec(t, sb, "sh", "-c", "echo appended >> "+fsys.Path(rel)+" && echo from the sandbox > dir/from-sandbox.txt")
+	for name, want := range map[string]string{rel: "written by the daemon\nappended\n", "dir/from-sandbox.txt": "from the sandbox\n"} {
+		b, err := root.ReadFile(name)
+		if err != nil || string(b) != want {
+			t.Errorf("%s through FS: %q %v", name, b, err)
+		}
+	}
+}
+
+// testFSConfined: paths the sandbox may not see, and links it plants that
+// lead out, never resolve through FS.
+func (s *suite) testFSConfined(t *testing.T) {
+	_, sb, _ := s.sandbox(t)
+	fsys := sb.FS()
+	for _, p := range []string{"..", "../x", "a/../../x", "/etc/passwd", fsys.Path(".") + "/../x"} {
+		if _, err := fsys.Rel(p); !errors.Is(err, api.ErrPermissionDenied) {
+			t.Errorf("Rel(%q): %v, want permission denied", p, err)
+		}
+	}
+	MustExec(t, sb, "sh", "-c", "ln -s /etc out && ln -s ../../../../../../.. up && ln -s out chain")
+	root, err := fsys.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	for _, p := range []string{"out/passwd", "up/etc/passwd", "chain/passwd"} {
+		if f, err := root.Open(p); err == nil {
+			f.Close()
+			t.Errorf("Open(%q) through a planted link succeeded", p)
+		} else if !errors.Is(backends.FSError(p, err), api.ErrPermissionDenied) {
+			t.Errorf("Open(%q): %v, classified %v; want permission denied", p, err, backends.FSError(p, err))
+		}
+		if err := root.WriteFile(p, []byte("x"), 0o644); err == nil {
+			t.Errorf("WriteFile(%q) through a planted link succeeded", p)
+		}
 	}
 }

@@ -38,6 +38,12 @@ type sandbox struct {
 func (s *sandbox) ID() string      { return s.id }
 func (s *sandbox) Workdir() string { return s.st.Workspace }
 
+// FS implements backends.Sandbox: the workspace is all a process sandbox's
+// files the daemon touches, and new files belong to the sandbox's user.
+func (s *sandbox) FS() backends.FS {
+	return backends.DirFS{Dir: s.st.Workspace, View: s.st.Workspace, UID: s.st.UID, GID: s.st.UID}
+}
+
 // spawnMu serializes the window in which the daemon's RLIMIT_NPROC is set to
 // one sandbox's pids limit for the fork of that sandbox's process. The
 // daemon, as root, is not bound by RLIMIT_NPROC itself; the child inherits
