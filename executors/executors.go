@@ -63,6 +63,9 @@ func (discard) Record(string, []byte) {}
 type Capture struct {
 	Limit int
 	Runes bool
+	// Hint ends the marker line between head and tail: where to find what
+	// was left out. Default: the event log.
+	Hint string
 
 	head      []byte
 	headUnits int
@@ -195,7 +198,11 @@ func (c *Capture) Bytes() []byte {
 		unit = "characters"
 	}
 	omitted := c.total - int64(c.headUnits) - int64(c.units(t))
-	marker := fmt.Sprintf("\n[... %d %s omitted; the full output is in the event log ...]\n", omitted, unit)
+	hint := c.Hint
+	if hint == "" {
+		hint = "the full output is in the event log"
+	}
+	marker := fmt.Sprintf("\n[... %d %s omitted; %s ...]\n", omitted, unit, hint)
 	out := make([]byte, 0, len(c.head)+len(marker)+len(t))
 	out = append(out, c.head...)
 	out = append(out, marker...)
