@@ -306,3 +306,34 @@ func (a *Action) String() string {
 	}
 	return a.Kind
 }
+
+// ReadFile returns a file.read action of the whole file at path.
+func ReadFile(path string) *Action { return &Action{Kind: KindFileRead, Path: path} }
+
+// WriteFile returns a file.write action.
+func WriteFile(path, content string) *Action {
+	return &Action{Kind: KindFileWrite, Path: path, Content: &content}
+}
+
+// View returns a file.edit view action.
+func View(path string) *Action { return &Action{Kind: KindFileEdit, Command: "view", Path: path} }
+
+// Create returns a file.edit create action.
+func Create(path, text string) *Action {
+	return &Action{Kind: KindFileEdit, Command: "create", Path: path, FileText: &text}
+}
+
+// StrReplace returns a file.edit str_replace action.
+func StrReplace(path, oldStr, newStr string) *Action {
+	return &Action{Kind: KindFileEdit, Command: "str_replace", Path: path, OldStr: &oldStr, NewStr: &newStr}
+}
+
+// Insert returns a file.edit insert action: text after line (0 = top).
+func Insert(path string, line int, text string) *Action {
+	return &Action{Kind: KindFileEdit, Command: "insert", Path: path, InsertLine: &line, NewStr: &text}
+}
+
+// UndoEdit returns a file.edit undo_edit action.
+func UndoEdit(path string) *Action {
+	return &Action{Kind: KindFileEdit, Command: "undo_edit", Path: path}
+}

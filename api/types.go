@@ -240,3 +240,11 @@ func (r *CreateSandboxRequest) Validate() error {
 	}
 	return nil
 }
+
+// TransferResult is the answer to PUT /v1/sandboxes/{id}/files.
+type TransferResult struct {
+	// Path is the file or directory written, as the sandbox sees it.
+	Path  string `json:"path"`
+	Files int    `json:"files"`
+	Bytes int64  `json:"bytes"`
+}

@@ -44,6 +44,19 @@ type Config struct {
 	Process ProcessConfig `toml:"process"`
 	Bash    BashConfig    `toml:"bash"`
 	Exec    ExecConfig    `toml:"exec"`
+	Files   FilesConfig   `toml:"files"`
+}
+
+// FilesConfig bounds file actions and bulk transfers.
+type FilesConfig struct {
+	// MaxReadBytes caps the content of a file.read.
+	MaxReadBytes int `toml:"max_read_bytes"`
+	// MaxEditBytes is the largest file file.edit loads to change it.
+	MaxEditBytes int64 `toml:"max_edit_bytes"`
+	// MaxTransferBytes caps one upload (file bytes, or all the content of
+	// a tar); MaxTransferEntries caps a tar upload's entries.
+	MaxTransferBytes   int64 `toml:"max_transfer_bytes"`
+	MaxTransferEntries int   `toml:"max_transfer_entries"`
 }
 
 // SandboxConfig bounds sandboxes.
@@ -154,6 +167,12 @@ func DefaultConfig() Config {
 		},
 		Bash: BashConfig{DefaultTimeout: Duration(30 * time.Second), MaxOutputChars: 30000},
 		Exec: ExecConfig{DefaultTimeout: Duration(60 * time.Second), MaxStreamBytes: 1 << 20},
+		Files: FilesConfig{
+			MaxReadBytes:       256 << 10,
+			MaxEditBytes:       32 << 20,
+			MaxTransferBytes:   16 << 30,
+			MaxTransferEntries: 100000,
+		},
 	}
 	return c
 }
@@ -259,6 +278,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Sandbox.MaxSandboxes <= 0 {
 		return errors.New("sandbox.max_sandboxes must be positive")
+	}
+	if c.Files.MaxReadBytes < 100 || c.Files.MaxEditBytes < 100 || c.Files.MaxTransferBytes < 1 || c.Files.MaxTransferEntries < 1 {
+		return errors.New("files limits must be positive (max_read_bytes and max_edit_bytes at least 100)")
 	}
 	if c.Bash.MaxOutputChars < 100 || c.Exec.MaxStreamBytes < 100 {
 		return errors.New("bash.max_output_chars and exec.max_stream_bytes must be at least 100")

@@ -26,6 +26,7 @@ import (
 	"github.com/sandboxd/sandboxd/backends/process"
 	"github.com/sandboxd/sandboxd/executors/bash"
 	execx "github.com/sandboxd/sandboxd/executors/exec"
+	filex "github.com/sandboxd/sandboxd/executors/file"
 	"github.com/valyala/fasthttp"
 	"golang.org/x/sys/unix"
 )
@@ -186,6 +187,14 @@ func (d *Daemon) bashConfig() bash.Config {
 	c.DefaultTimeout = d.cfg.Bash.DefaultTimeout.D()
 	c.MaxOutputChars = d.cfg.Bash.MaxOutputChars
 	c.Logger = d.log.With("executor", "bash")
+	return c
+}
+
+func (d *Daemon) fileConfig() filex.Config {
+	c := filex.DefaultConfig()
+	c.MaxReadBytes = d.cfg.Files.MaxReadBytes
+	c.MaxEditBytes = d.cfg.Files.MaxEditBytes
+	c.MaxOutputChars = d.cfg.Bash.MaxOutputChars
 	return c
 }
 

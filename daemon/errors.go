@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/daemon/eventlog"
@@ -29,9 +30,10 @@ var statusOf = map[api.Code]int{
 // errorInfo classifies err: the code and the message a client sees.
 func errorInfo(err error) api.ErrorInfo {
 	code := api.CodeOf(err)
+	var ne net.Error
 	if code == api.CodeInternal {
 		switch {
-		case errors.Is(err, context.DeadlineExceeded):
+		case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
 			code = api.CodeDeadlineExceeded
 		case errors.Is(err, context.Canceled), errors.Is(err, eventlog.ErrClosed):
 			code = api.CodeUnavailable

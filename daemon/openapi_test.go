@@ -1,12 +1,18 @@
 package daemon
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io"
+	"maps"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,16 +20,19 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttputil"
 )
 
 // This file keeps docs/openapi.yaml honest: the paths and methods it
 // documents are exactly the routes (*Daemon).handle serves, checked against
 // the real handler; each route's answer in a real exchange has a status the
-// document lists; and the document's error codes are exactly api's Code
-// constants.
+// document lists; the document's error codes are exactly api's Code
+// constants; and its observation schemas have exactly the fields
+// api.Observation's JSON has, for exactly the kinds the daemon executes.
 //
 // There is no YAML library in go.mod, so openapiParse is a small extractor
 // that relies on how docs/openapi.yaml is written (and fails loudly when a
@@ -39,7 +48,14 @@ import (
 //     "      responses:" ("        \"200\":", "        '404':",
 //     "        200:" or "default:");
 //   - the error codes are the block list (or flow list) under `enum:`
-//     below `code:` in components/schemas/Error.
+//     below `code:` in components/schemas/Error;
+//   - each schema is a key indented exactly 4 spaces under
+//     "  schemas:" in components; its required fields are the flow list
+//     "      required: [a, b]" and its properties the keys indented exactly
+//     8 spaces under "      properties:";
+//   - the observation kinds are the "kind: \"#/components/schemas/X\""
+//     entries indented exactly 10 spaces under "        mapping:" in the
+//     discriminator of components/schemas/Observation.
 
 const openapiPath = "../docs/openapi.yaml"
 
@@ -48,22 +64,49 @@ const openapiPath = "../docs/openapi.yaml"
 type openapiRoute struct {
 	method, path string
 	query, body  string
+	// contentType is the body's; "" is application/json.
+	contentType string
+	// want, when set, is the status the request must get once a sandbox
+	// was made (any status the document lists otherwise).
+	want int
+	// check, when set, checks an answer with status want.
+	check func(a openapiAnswer) error
 }
 
 // openapiRoutes is every (method, path template) (*Daemon).handle serves,
 // in an order that makes a real exchange: the sandbox made by the POST is
-// used by the routes after it and deleted last.
+// used by the routes after it and deleted last. A route may appear more
+// than once.
 var openapiRoutes = []openapiRoute{
 	{method: "GET", path: "/v1/health"},
 	{method: "GET", path: "/v1/info"},
 	{method: "GET", path: "/metrics"},
 	{method: "GET", path: "/v1/sandboxes"},
 	{method: "POST", path: "/v1/sandboxes", body: `{"labels":{"test":"openapi"}}`},
-	{method: "GET", path: "/v1/sandboxes/{id}"},
-	{method: "POST", path: "/v1/sandboxes/{id}/actions", body: `{"id":"openapi-1","kind":"exec","argv":["true"]}`},
-	{method: "GET", path: "/v1/sandboxes/{id}/events", query: "after=0"},
-	{method: "GET", path: "/v1/sandboxes/{id}/events/{seq}/output", query: "stream=stdout"},
-	{method: "DELETE", path: "/v1/sandboxes/{id}"},
+	{method: "GET", path: "/v1/sandboxes/{id}", want: 200},
+	{method: "POST", path: "/v1/sandboxes/{id}/actions", body: `{"id":"openapi-1","kind":"exec","argv":["true"]}`, want: 200},
+	{method: "PUT", path: "/v1/sandboxes/{id}/files", query: "path=a.txt", body: "hello\n", contentType: "application/octet-stream", want: 200,
+		check: openapiTransfer("/a.txt", 1, 6)},
+	{method: "GET", path: "/v1/sandboxes/{id}/files", query: "path=a.txt", want: 200,
+		check: openapiFileBody("hello\n")},
+	{method: "PUT", path: "/v1/sandboxes/{id}/files", query: "path=dir", body: openapiTar(map[string]string{"b.txt": "bbb"}), contentType: "application/x-tar", want: 200,
+		check: openapiTransfer("/dir", 1, 3)},
+	{method: "GET", path: "/v1/sandboxes/{id}/files", query: "path=.", want: 200,
+		check: openapiTarBody(map[string]string{"a.txt": "hello\n", "dir/": "", "dir/b.txt": "bbb"})},
+	{method: "GET", path: "/v1/sandboxes/{id}/files", query: "path=missing", want: 404},
+	{method: "PUT", path: "/v1/sandboxes/{id}/files", query: "path=../out", body: "x", want: 403},
+	{method: "PUT", path: "/v1/sandboxes/{id}/files", query: "path=.", body: openapiTar(map[string]string{"a.txt/": ""}), contentType: "application/x-tar", want: 409},
+	{method: "POST", path: "/v1/sandboxes/{id}/actions", body: `{"kind":"file.write","path":"c.txt","content":"one\n"}`, want: 200},
+	{method: "POST", path: "/v1/sandboxes/{id}/actions", body: `{"kind":"file.read","path":"c.txt"}`, want: 200,
+		check: openapiObservation("content", "one\n")},
+	{method: "POST", path: "/v1/sandboxes/{id}/actions", body: `{"kind":"file.edit","command":"str_replace","path":"c.txt","old_str":"one","new_str":"two"}`, want: 200},
+	{method: "POST", path: "/v1/sandboxes/{id}/actions", body: `{"kind":"file.edit","command":"str_replace","path":"c.txt","old_str":"one","new_str":"two"}`, want: 400},
+	{method: "GET", path: "/v1/sandboxes/{id}/files", query: "path=c.txt", want: 200,
+		check: openapiFileBody("two\n")},
+	{method: "POST", path: "/v1/sandboxes/{id}/actions", body: `{"kind":"file.read","path":"/etc/passwd"}`, want: 403},
+	{method: "GET", path: "/v1/sandboxes/{id}/events", query: "after=0", want: 200},
+	{method: "GET", path: "/v1/sandboxes/{id}/events/{seq}/output", query: "stream=stdout", want: 200},
+	{method: "DELETE", path: "/v1/sandboxes/{id}", want: 204},
 }
 
 // openapiNotServed are requests the router must answer "no such endpoint":
@@ -72,8 +115,8 @@ var openapiRoutes = []openapiRoute{
 // becomes served, add it to openapiRoutes and to docs/openapi.yaml.
 var openapiNotServed = []openapiRoute{
 	{method: "GET", path: "/v1/nope"},
-	{method: "GET", path: "/v1/sandboxes/{id}/files", query: "path=a"},
-	{method: "PUT", path: "/v1/sandboxes/{id}/files", query: "path=a"},
+	{method: "GET", path: "/v1/sandboxes/{id}/files/a"},
+	{method: "PUT", path: "/v1/sandboxes/{id}/files/"},
 	{method: "GET", path: "/v1/sandboxes/{id}/events/{seq}"},
 	{method: "GET", path: "/v1/sandboxes/{id}/"},
 }
@@ -83,6 +126,15 @@ type openapiSpec struct {
 	// ops maps "METHOD /path/{template}" to the response statuses listed.
 	ops        map[string][]string
 	errorCodes []string
+	// schemas are the fields of components/schemas, by name.
+	schemas map[string]*openapiSchema
+	// observations maps an observation kind to its schema's name.
+	observations map[string]string
+}
+
+// openapiSchema is what the test reads of a schema.
+type openapiSchema struct {
+	required, properties []string
 }
 
 type openapiLine struct {
@@ -226,13 +278,24 @@ func openapiParse(data string) (*openapiSpec, error) {
 	if !ok {
 		return nil, lineError(n, "no schemas: in components")
 	}
+	if err := openapiErrorCodes(spec, schemas, n); err != nil {
+		return nil, err
+	}
+	if err := openapiSchemas(spec, schemas); err != nil {
+		return nil, err
+	}
+	return spec, nil
+}
+
+// openapiErrorCodes reads the code enum of the Error schema.
+func openapiErrorCodes(spec *openapiSpec, schemas []openapiLine, n int) error {
 	errSchema, n, ok := openapiSection(schemas, 4, "Error:")
 	if !ok {
-		return nil, lineError(n, "no Error schema in components/schemas")
+		return lineError(n, "no Error schema in components/schemas")
 	}
 	ci := slices.IndexFunc(errSchema, func(l openapiLine) bool { return l.text == "code:" })
 	if ci < 0 {
-		return nil, lineError(n, "the Error schema has no code: property")
+		return lineError(n, "the Error schema has no code: property")
 	}
 	code := errSchema[ci]
 	for i := ci + 1; i < len(errSchema) && errSchema[i].indent > code.indent; i++ {
@@ -247,9 +310,9 @@ func openapiParse(data string) (*openapiSpec, error) {
 				for _, v := range strings.Split(flow, ",") {
 					spec.errorCodes = append(spec.errorCodes, openapiUnquote(v))
 				}
-				return spec, nil
+				return nil
 			}
-			return nil, lineError(l.n, "enum of code is neither a block nor a flow list: %q", rest)
+			return lineError(l.n, "enum of code is neither a block nor a flow list: %q", rest)
 		}
 		for _, item := range errSchema[i+1:] {
 			v, ok := strings.CutPrefix(item.text, "- ")
@@ -258,9 +321,108 @@ func openapiParse(data string) (*openapiSpec, error) {
 			}
 			spec.errorCodes = append(spec.errorCodes, openapiUnquote(v))
 		}
-		return spec, nil
+		return nil
 	}
-	return nil, lineError(code.n, "the code property of the Error schema has no enum")
+	return lineError(code.n, "the code property of the Error schema has no enum")
+}
+
+// openapiSchemas reads the required fields and the properties of each
+// schema, and the kinds of the Observation schema's discriminator.
+func openapiSchemas(spec *openapiSpec, schemas []openapiLine) error {
+	spec.schemas = map[string]*openapiSchema{}
+	var cur *openapiSchema
+	inProps := false
+	for _, l := range schemas {
+		switch {
+		case l.indent == 4:
+			name, rest, _ := strings.Cut(l.text, ":")
+			if rest != "" || name == "" {
+				return lineError(l.n, "expected a schema key like \"    Name:\", got %q", l.text)
+			}
+			cur, inProps = &openapiSchema{}, false
+			spec.schemas[name] = cur
+		case l.indent == 6:
+			inProps = l.text == "properties:"
+			if rest, ok := strings.CutPrefix(l.text, "required:"); ok {
+				list, ok := openapiFlowList(rest)
+				if !ok {
+					return lineError(l.n, "required is not a flow list like [a, b]: %q", l.text)
+				}
+				cur.required = list
+			}
+		case l.indent == 8 && inProps:
+			key, _, _ := strings.Cut(l.text, ":")
+			cur.properties = append(cur.properties, openapiUnquote(key))
+		}
+	}
+	obs, n, ok := openapiSection(schemas, 4, "Observation:")
+	if !ok {
+		return lineError(0, "no Observation schema in components/schemas")
+	}
+	mi := slices.IndexFunc(obs, func(l openapiLine) bool { return l.indent == 8 && l.text == "mapping:" })
+	if mi < 0 {
+		return lineError(n, "the Observation schema has no discriminator mapping")
+	}
+	spec.observations = map[string]string{}
+	for _, l := range obs[mi+1:] {
+		if l.indent <= 8 {
+			break
+		}
+		kind, ref, ok := strings.Cut(l.text, ":")
+		name, isRef := strings.CutPrefix(openapiUnquote(ref), "#/components/schemas/")
+		if !ok || l.indent != 10 || !isRef {
+			return lineError(l.n, `expected a mapping entry like kind: "#/components/schemas/X", got %q`, l.text)
+		}
+		spec.observations[openapiUnquote(kind)] = name
+	}
+	return nil
+}
+
+// openapiFlowList reads a flow list of plain or quoted scalars.
+func openapiFlowList(v string) ([]string, bool) {
+	v = strings.TrimSpace(v)
+	inner, ok := strings.CutPrefix(v, "[")
+	if inner, ok2 := strings.CutSuffix(inner, "]"); ok && ok2 {
+		var out []string
+		for _, item := range strings.Split(inner, ",") {
+			if item = openapiUnquote(item); item != "" {
+				out = append(out, item)
+			}
+		}
+		return out, true
+	}
+	return nil, false
+}
+
+// checkObservation checks an observation as the daemon answered it against
+// its kind's schema: every required field, and no field the schema does
+// not have.
+func (spec *openapiSpec) checkObservation(body []byte) error {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil {
+		return fmt.Errorf("the observation is not a JSON object: %w", err)
+	}
+	var kind string
+	_ = json.Unmarshal(fields["kind"], &kind)
+	name, ok := spec.observations[kind]
+	if !ok {
+		return fmt.Errorf("an observation of kind %q, which the Observation schema's discriminator does not map", kind)
+	}
+	schema := spec.schemas[name]
+	if schema == nil {
+		return fmt.Errorf("the Observation schema maps %q to %s, which is not in components/schemas", kind, name)
+	}
+	for _, f := range schema.required {
+		if _, ok := fields[f]; !ok {
+			return fmt.Errorf("the %s observation has no %q, which %s requires: %s", kind, f, name, body)
+		}
+	}
+	for f := range fields {
+		if !slices.Contains(schema.properties, f) {
+			return fmt.Errorf("the %s observation has %q, which %s does not list: %s", kind, f, name, body)
+		}
+	}
+	return nil
 }
 
 func openapiUnquote(v string) string {
@@ -325,9 +487,22 @@ paths:
 components:
   schemas:
     Other:
+      required: [code, "n"]
       properties:
         code:
           enum: [nope]
+        "n":
+          description: |
+            properties:
+              fake:
+    Observation:
+      oneOf:
+        - $ref: "#/components/schemas/Other"
+      discriminator:
+        propertyName: kind
+        mapping:
+          k.x: "#/components/schemas/Other"
+          y: '#/components/schemas/Error'
     Error:
       properties:
         error:
@@ -360,8 +535,24 @@ components:
 	if !slices.Equal(spec.errorCodes, []string{"a_code", "b_code"}) {
 		t.Errorf("error codes %v", spec.errorCodes)
 	}
+	if o := spec.schemas["Other"]; o == nil || !slices.Equal(o.required, []string{"code", "n"}) || !slices.Equal(o.properties, []string{"code", "n"}) {
+		t.Errorf("schema Other: %+v", o)
+	}
+	if e := spec.schemas["Error"]; e == nil || len(e.required) != 0 || !slices.Equal(e.properties, []string{"error"}) {
+		t.Errorf("schema Error: %+v", e)
+	}
+	if !maps.Equal(spec.observations, map[string]string{"k.x": "Other", "y": "Error"}) {
+		t.Errorf("observation kinds %v", spec.observations)
+	}
 
+	const head = "paths:\n  /x:\n    get:\n      responses:\n        \"200\":\ncomponents:\n  schemas:\n"
+	const errorSchema = "    Error:\n      properties:\n        code:\n          enum: [a]\n"
 	for name, bad := range map[string]string{
+		"no Observation":     head + errorSchema,
+		"no mapping":         head + errorSchema + "    Observation:\n      oneOf: []\n",
+		"bad mapping entry":  head + errorSchema + "    Observation:\n      discriminator:\n        mapping:\n          k: Error\n",
+		"block required":     head + errorSchema + "    X:\n      required:\n        - a\n",
+		"flow schema":        head + errorSchema + "    X: {type: object}\n",
 		"no paths":           "openapi: 3.1.0\n",
 		"bad path key":       "paths:\n  v1/x:\n    get:\n      responses:\n        \"200\":\n",
 		"bad status":         "paths:\n  /x:\n    get:\n      responses:\n        \"2000\":\n",
@@ -375,12 +566,15 @@ components:
 	} {
 		if _, err := openapiParse(bad); err == nil {
 			t.Errorf("%s: no error", name)
+		} else {
+			t.Logf("%s: %v", name, err)
 		}
 	}
 }
 
 // newOpenAPIDaemon returns a daemon on a private state directory. It does
-// not listen; requests go straight to d.handle.
+// not listen on its configured listeners; requests go straight to
+// d.handle, or through openapiWire.
 func newOpenAPIDaemon(t *testing.T) *Daemon {
 	t.Helper()
 	base := t.TempDir()
@@ -430,6 +624,17 @@ type openapiAnswer struct {
 	msg    string
 	allow  string
 	body   []byte
+	// header is set for answers that came over a connection.
+	header http.Header
+}
+
+func (a *openapiAnswer) decodeError() {
+	if a.status >= 400 {
+		var eb api.ErrorBody
+		if err := json.Unmarshal(a.body, &eb); err == nil {
+			a.code, a.msg = eb.Error.Code, eb.Error.Message
+		}
+	}
 }
 
 // openapiServe passes one request through the router, in memory.
@@ -449,13 +654,175 @@ func openapiServe(d *Daemon, method, uri, body string) openapiAnswer {
 		allow:  string(ctx.Response.Header.Peek("Allow")),
 		body:   append([]byte(nil), ctx.Response.Body()...),
 	}
-	if a.status >= 400 {
-		var eb api.ErrorBody
-		if err := json.Unmarshal(a.body, &eb); err == nil {
-			a.code, a.msg = eb.Error.Code, eb.Error.Message
+	a.decodeError()
+	return a
+}
+
+// openapiWire serves d as its listeners do (without the token check), on
+// an in-memory listener, and returns a client of it. Over a connection,
+// the answers that take the connection over (downloads, event streams) are
+// sent for real; passed to d.handle in memory, they would never be.
+func openapiWire(t *testing.T, d *Daemon) *http.Client {
+	t.Helper()
+	ln := fasthttputil.NewInmemoryListener()
+	srv := d.newServer(false)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	tr := &http.Transport{
+		DialContext:        func(context.Context, string, string) (net.Conn, error) { return ln.Dial() },
+		DisableCompression: true,
+	}
+	t.Cleanup(func() {
+		tr.CloseIdleConnections()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.ShutdownWithContext(ctx); err != nil {
+			t.Errorf("shut the server down: %v", err)
+		}
+		<-served
+	})
+	return &http.Client{Transport: tr, Timeout: time.Minute}
+}
+
+// openapiSend makes one request over the client's connection.
+func openapiSend(c *http.Client, r openapiRoute, uri string) (openapiAnswer, error) {
+	req, err := http.NewRequest(r.method, "http://sandboxd"+uri, strings.NewReader(r.body))
+	if err != nil {
+		return openapiAnswer{}, err
+	}
+	if r.body != "" {
+		ct := r.contentType
+		if ct == "" {
+			ct = "application/json"
+		}
+		req.Header.Set("Content-Type", ct)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return openapiAnswer{}, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return openapiAnswer{}, fmt.Errorf("read the answer (%d): %w", resp.StatusCode, err)
+	}
+	a := openapiAnswer{status: resp.StatusCode, allow: resp.Header.Get("Allow"), body: body, header: resp.Header}
+	a.decodeError()
+	return a, nil
+}
+
+// openapiTar is a tar stream of files (a name ending in "/" is a
+// directory).
+func openapiTar(files map[string]string) string {
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		hdr := &tar.Header{Name: name, Mode: 0o644, Size: int64(len(files[name])), Typeflag: tar.TypeReg}
+		if strings.HasSuffix(name, "/") {
+			hdr.Mode, hdr.Size, hdr.Typeflag = 0o755, 0, tar.TypeDir
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			panic(err)
+		}
+		if _, err := tw.Write([]byte(files[name])); err != nil {
+			panic(err)
 		}
 	}
-	return a
+	if err := tw.Close(); err != nil {
+		panic(err)
+	}
+	return b.String()
+}
+
+// openapiTransfer checks a TransferResult.
+func openapiTransfer(pathSuffix string, files int, n int64) func(openapiAnswer) error {
+	return func(a openapiAnswer) error {
+		var res api.TransferResult
+		if err := openapiStrict(a.body, &res); err != nil {
+			return err
+		}
+		if !strings.HasSuffix(res.Path, pathSuffix) || !strings.HasPrefix(res.Path, "/") || res.Files != files || res.Bytes != n {
+			return fmt.Errorf("answered %+v, want an absolute path ending in %s, %d files, %d bytes", res, pathSuffix, files, n)
+		}
+		return nil
+	}
+}
+
+// openapiStrict decodes JSON into v, refusing fields v does not have.
+func openapiStrict(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("decode %s: %w", b, err)
+	}
+	return nil
+}
+
+// openapiFileBody checks the download of a file.
+func openapiFileBody(want string) func(openapiAnswer) error {
+	return func(a openapiAnswer) error {
+		if ct := a.header.Get("Content-Type"); ct != "application/octet-stream" {
+			return fmt.Errorf("Content-Type %q, want application/octet-stream", ct)
+		}
+		if cl := a.header.Get("Content-Length"); cl != strconv.Itoa(len(want)) {
+			return fmt.Errorf("Content-Length %q, want %d", cl, len(want))
+		}
+		if string(a.body) != want {
+			return fmt.Errorf("body %q, want %q", a.body, want)
+		}
+		return nil
+	}
+}
+
+// openapiTarBody checks the download of a directory: a complete tar stream
+// that has (at least) these entries, with this content.
+func openapiTarBody(want map[string]string) func(openapiAnswer) error {
+	return func(a openapiAnswer) error {
+		if ct := a.header.Get("Content-Type"); ct != "application/x-tar" {
+			return fmt.Errorf("Content-Type %q, want application/x-tar", ct)
+		}
+		got := map[string]string{}
+		tr := tar.NewReader(bytes.NewReader(a.body))
+		for {
+			hdr, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("read the tar stream: %w", err)
+			}
+			b, err := io.ReadAll(tr)
+			if err != nil {
+				return fmt.Errorf("read %s from the tar stream: %w", hdr.Name, err)
+			}
+			got[hdr.Name] = string(b)
+		}
+		// A stream cut short after a whole entry reads as complete: it
+		// must end with the two zero blocks of the end of the archive.
+		if len(a.body) < 1024 || !bytes.Equal(a.body[len(a.body)-1024:], make([]byte, 1024)) {
+			return fmt.Errorf("the tar stream (%d bytes) does not end with an end-of-archive marker", len(a.body))
+		}
+		for name, content := range want {
+			if c, ok := got[name]; !ok || c != content {
+				return fmt.Errorf("the tar stream has %q as %q (present: %v), want %q; entries: %v", name, c, ok, content, slices.Sorted(maps.Keys(got)))
+			}
+		}
+		return nil
+	}
+}
+
+// openapiObservation checks a field of an observation.
+func openapiObservation(field, want string) func(openapiAnswer) error {
+	return func(a openapiAnswer) error {
+		var obs map[string]any
+		if err := json.Unmarshal(a.body, &obs); err != nil {
+			return err
+		}
+		if obs[field] != want {
+			return fmt.Errorf("%s is %#v, want %q", field, obs[field], want)
+		}
+		return nil
+	}
 }
 
 func (a openapiAnswer) noSuchEndpoint() bool {
@@ -489,7 +856,9 @@ func TestOpenAPIRoutes(t *testing.T) {
 		if byPath[r.path] == nil {
 			pathOrder = append(pathOrder, r.path)
 		}
-		byPath[r.path] = append(byPath[r.path], r.method)
+		if !slices.Contains(byPath[r.path], r.method) {
+			byPath[r.path] = append(byPath[r.path], r.method)
+		}
 	}
 	for _, path := range pathOrder {
 		want := slices.Sorted(slices.Values(byPath[path]))
@@ -515,13 +884,21 @@ func TestOpenAPIRoutes(t *testing.T) {
 		}
 	}
 
-	// Every route of the table, for real, in order: each is served and
-	// answers a status the document lists for it.
+	// Every route of the table, for real, over a connection, in order:
+	// each is served and answers a status the document lists for it (once
+	// a sandbox exists, the status the table wants, and what its check
+	// wants); an observation has the fields its schema lists.
+	client := openapiWire(t, d)
 	id := fakeID
 	for _, r := range openapiRoutes {
-		a := openapiServe(d, r.method, openapiURI(r, id), r.body)
 		op := r.method + " " + r.path
-		t.Logf("%s -> %d %s", openapiURI(r, id), a.status, a.msg)
+		uri := openapiURI(r, id)
+		a, err := openapiSend(client, r, uri)
+		if err != nil {
+			t.Errorf("%s %s: %v", r.method, uri, err)
+			continue
+		}
+		t.Logf("%s %s -> %d %s", r.method, uri, a.status, a.msg)
 		switch {
 		case a.noSuchEndpoint():
 			t.Errorf("%s: the router answers \"no such endpoint\" (%s)", op, a.msg)
@@ -532,6 +909,21 @@ func TestOpenAPIRoutes(t *testing.T) {
 		}
 		if statuses, ok := spec.ops[op]; ok && !slices.Contains(statuses, strconv.Itoa(a.status)) && !slices.Contains(statuses, "default") {
 			t.Errorf("%s answered %d (%s %q), which docs/openapi.yaml does not list for it (it lists %v)", op, a.status, a.code, a.msg, statuses)
+		}
+		if id != fakeID && r.want != 0 {
+			switch {
+			case a.status != r.want:
+				t.Errorf("%s %s answered %d (%s %q), want %d", r.method, uri, a.status, a.code, a.msg, r.want)
+			case r.check != nil:
+				if err := r.check(a); err != nil {
+					t.Errorf("%s %s: %v", r.method, uri, err)
+				}
+			}
+		}
+		if r.path == "/v1/sandboxes/{id}/actions" && a.status == 200 {
+			if err := spec.checkObservation(a.body); err != nil {
+				t.Errorf("%s %s: %v", r.method, uri, err)
+			}
 		}
 		if r.method == "POST" && r.path == "/v1/sandboxes" {
 			var sb api.Sandbox
@@ -632,6 +1024,54 @@ func TestOpenAPIErrorCodes(t *testing.T) {
 	for _, c := range spec.errorCodes {
 		if !slices.Contains(codes, c) {
 			t.Errorf("docs/openapi.yaml lists error code %q, which the api package does not have", c)
+		}
+	}
+}
+
+// TestOpenAPIObservations checks that the Observation schema maps exactly
+// the kinds the daemon executes, each to a schema whose required fields
+// are exactly those api.Observation's JSON always has for the kind, and
+// whose properties also have the extras it may have.
+func TestOpenAPIObservations(t *testing.T) {
+	spec := openapiLoad(t)
+	var executed []string
+	for _, kind := range api.Kinds() {
+		// Which kinds have an executor, asked of an empty sandbox (the
+		// executors themselves are nil there).
+		if _, err := (&sandbox{}).executor(kind); err == nil {
+			executed = append(executed, kind)
+		}
+	}
+	mapped := slices.Sorted(maps.Keys(spec.observations))
+	if !slices.Equal(mapped, executed) {
+		t.Errorf("the Observation schema's discriminator maps the kinds %v; the daemon executes %v", mapped, executed)
+	}
+	keys := func(o api.Observation) []string {
+		b, err := o.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		return slices.Sorted(maps.Keys(m))
+	}
+	for _, kind := range mapped {
+		name := spec.observations[kind]
+		schema := spec.schemas[name]
+		if schema == nil {
+			t.Errorf("the Observation schema maps %s to %s, which is not in components/schemas", kind, name)
+			continue
+		}
+		always := keys(api.Observation{Kind: kind})
+		if required := slices.Sorted(slices.Values(schema.required)); !slices.Equal(required, always) {
+			t.Errorf("%s (for %s) requires %v; a %s observation always has %v", name, kind, required, kind, always)
+		}
+		for _, f := range keys(api.Observation{Kind: kind, Note: "n", Lost: true, SessionEnded: true}) {
+			if !slices.Contains(schema.properties, f) {
+				t.Errorf("%s (for %s) does not list %q, which a %s observation may have", name, kind, f, kind)
+			}
 		}
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/sandboxd/sandboxd/executors"
 	"github.com/sandboxd/sandboxd/executors/bash"
 	execx "github.com/sandboxd/sandboxd/executors/exec"
+	filex "github.com/sandboxd/sandboxd/executors/file"
 	"github.com/sandboxd/sandboxd/internal/atomicfile"
 )
 
@@ -77,6 +78,7 @@ type sandbox struct {
 	sb         backends.Sandbox // nil when lost
 	bash       *bash.Executor
 	exec       *execx.Executor
+	file       *filex.Executor
 	calls      map[string]*call // in flight, by client action id
 	active     int
 	lastActive time.Time
@@ -280,6 +282,7 @@ func (m *manager) open(be backends.Backend, dir string, md meta, bsb backends.Sa
 	if bsb != nil {
 		s.bash = bash.New(bsb, m.d.bashConfig())
 		s.exec = execx.New(bsb, m.d.execConfig())
+		s.file = filex.New(bsb.FS(), m.d.fileConfig())
 	}
 	return s, nil
 }
@@ -569,8 +572,43 @@ func (s *sandbox) executor(kind string) (executors.Executor, error) {
 		return s.bash, nil
 	case api.KindExec:
 		return s.exec, nil
+	case api.KindFileRead, api.KindFileWrite, api.KindFileEdit:
+		return s.file, nil
 	}
-	return nil, api.Errorf(api.ErrUnsupported, "%s actions are not available in this version of sandboxd (run, interrupt and exec are)", kind)
+	return nil, api.Errorf(api.ErrUnsupported, "%s actions are not available in this version of sandboxd (run, interrupt, exec and file.* are)", kind)
+}
+
+// files returns the sandbox's file executor, for the bulk transfer
+// endpoints.
+func (s *sandbox) files() (*filex.Executor, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, api.Errorf(api.ErrNotFound, "sandbox %q does not exist", s.id)
+	}
+	if s.file == nil {
+		return nil, api.Errorf(api.ErrConflict, "sandbox %s is lost (%s); its files cannot be reached: delete it", s.id, s.meta.Sandbox.Reason)
+	}
+	return s.file, nil
+}
+
+// busy marks the sandbox active until the returned func is called, as an
+// action in flight does: a transfer longer than the idle timeout must not
+// see its sandbox reaped under it.
+func (s *sandbox) busy() (done func()) {
+	s.mu.Lock()
+	s.active++
+	s.lastActive = time.Now()
+	s.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			s.active--
+			s.lastActive = time.Now()
+			s.mu.Unlock()
+		})
+	}
 }
 
 // untilClosed returns a context cancelled when a or b is closed.

@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net"
+	"os"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -16,6 +18,8 @@ import (
 
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/daemon/eventlog"
+	filex "github.com/sandboxd/sandboxd/executors/file"
+	"github.com/sandboxd/sandboxd/internal/tarfs"
 	"github.com/valyala/fasthttp"
 	"golang.org/x/sys/unix"
 )
@@ -179,6 +183,15 @@ func (d *Daemon) handle(ctx *fasthttp.RequestCtx) {
 		if onlyMethod(ctx, method, "POST") {
 			d.action(ctx, id)
 		}
+	case len(parts) == 2 && parts[1] == "files":
+		switch method {
+		case "GET":
+			d.download(ctx, id)
+		case "PUT":
+			d.upload(ctx, id)
+		default:
+			onlyMethod(ctx, method, "GET", "PUT")
+		}
 	case len(parts) == 2 && parts[1] == "events":
 		if onlyMethod(ctx, method, "GET") {
 			d.events(ctx, id)
@@ -326,9 +339,22 @@ func (d *Daemon) action(ctx *fasthttp.RequestCtx, id string) {
 // after the handler returned, so it must not touch the request; a panic in
 // it ends that stream only.
 func (d *Daemon) stream(ctx *fasthttp.RequestCtx, contentType string, body func(w *bufio.Writer, conn net.Conn)) {
+	d.streamWith(ctx, contentType, "", body)
+}
+
+// streamWith is stream with extra header lines ("Name: value\r\n" each).
+func (d *Daemon) streamWith(ctx *fasthttp.RequestCtx, contentType, headers string, body func(w *bufio.Writer, conn net.Conn)) {
 	ctx.SetStatusCode(200)
 	ctx.HijackSetNoResponse(true)
-	ctx.Hijack(func(c net.Conn) {
+	// The hijacked connection fasthttp hands over wraps the real one for
+	// reading; writes may go to the real one, whose ReadFrom (sendfile,
+	// splice) the wrapper hides. The request is fully read by then.
+	raw := ctx.Conn()
+	ctx.Hijack(func(hj net.Conn) {
+		c := raw
+		if c == nil {
+			c = hj
+		}
 		defer func() {
 			if r := recover(); r != nil {
 				d.log.Error("panic in stream writer", "panic", r, "stack", string(debug.Stack()))
@@ -336,7 +362,7 @@ func (d *Daemon) stream(ctx *fasthttp.RequestCtx, contentType string, body func(
 		}()
 		w := bufio.NewWriterSize(c, 64<<10)
 		deadline(c)
-		w.WriteString("HTTP/1.1 200 OK\r\nServer: sandboxd\r\nContent-Type: " + contentType + "\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n")
+		w.WriteString("HTTP/1.1 200 OK\r\nServer: sandboxd\r\nContent-Type: " + contentType + "\r\n" + headers + "Cache-Control: no-store\r\nConnection: close\r\n\r\n")
 		body(w, c)
 		deadline(c)
 		w.Flush()
@@ -487,6 +513,141 @@ func (d *Daemon) output(ctx *fasthttp.RequestCtx, id, seqs string) {
 		_, _ = s.log.Output(seq, stream, deadlineWriter{w, conn})
 	})
 }
+
+// download serves GET /v1/sandboxes/{id}/files?path=P: a file's bytes, or
+// a directory as a tar stream.
+func (d *Daemon) download(ctx *fasthttp.RequestCtx, id string) {
+	s, err := d.mgr.get(id)
+	if err != nil {
+		writeError(ctx, err)
+		return
+	}
+	fx, err := s.files()
+	if err != nil {
+		writeError(ctx, err)
+		return
+	}
+	dl, err := fx.Open(pathArg(ctx))
+	if err != nil {
+		writeError(ctx, err)
+		return
+	}
+	// The download runs after the handler: it holds the sandbox busy
+	// (no idle reaping) until it is sent.
+	done := s.busy()
+	dl.OnClose(done)
+	if dl.Dir {
+		d.stream(ctx, "application/x-tar", func(w *bufio.Writer, conn net.Conn) {
+			if _, err := dl.WriteTo(deadlineWriter{w, conn}); err != nil {
+				d.log.Debug("download", "sandbox", id, "path", dl.Path, "err", err)
+			}
+		})
+		return
+	}
+	d.streamWith(ctx, "application/octet-stream", "Content-Length: "+strconv.FormatInt(dl.Size, 10)+"\r\n", func(w *bufio.Writer, conn net.Conn) {
+		// Send the headers, then let the file go to the socket directly
+		// (sendfile) with a deadline renewed as it progresses.
+		if err := w.Flush(); err != nil {
+			dl.Close()
+			return
+		}
+		if _, err := dl.WriteTo(deadlineConn{conn}); err != nil {
+			d.log.Debug("download", "sandbox", id, "path", dl.Path, "err", err)
+		}
+	})
+}
+
+// upload serves PUT /v1/sandboxes/{id}/files?path=P: the body is the file's
+// bytes, or with Content-Type application/x-tar an archive extracted into
+// directory P, all or nothing.
+func (d *Daemon) upload(ctx *fasthttp.RequestCtx, id string) {
+	s, err := d.mgr.get(id)
+	if err != nil {
+		writeError(ctx, err)
+		return
+	}
+	fx, err := s.files()
+	if err != nil {
+		writeError(ctx, err)
+		return
+	}
+	p := pathArg(ctx)
+	// Never PostBody on a streamed request: it reads the whole body into
+	// memory.
+	var body io.Reader
+	if r := ctx.RequestBodyStream(); r != nil {
+		body = deadlineReader{r, ctx.Conn()}
+	} else {
+		body = bytes.NewReader(ctx.PostBody())
+	}
+	done := s.busy()
+	defer done()
+	var res filex.Transfer
+	if mt, _, _ := mime.ParseMediaType(string(ctx.Request.Header.ContentType())); mt == "application/x-tar" {
+		res, err = fx.ExtractTar(p, body, tarfs.Limits{MaxBytes: d.cfg.Files.MaxTransferBytes, MaxEntries: d.cfg.Files.MaxTransferEntries})
+	} else {
+		res, err = fx.Upload(p, body, d.cfg.Files.MaxTransferBytes)
+	}
+	if err != nil {
+		// Read (a bounded part of) what the client is still sending, so
+		// it gets to read this answer rather than a reset connection; then
+		// close, as the rest is not read.
+		_, _ = io.CopyN(io.Discard, body, drainLimit)
+		ctx.SetConnectionClose()
+		writeError(ctx, err)
+		return
+	}
+	writeJSON(ctx, 200, api.TransferResult{Path: res.Path, Files: res.Files, Bytes: res.Bytes})
+}
+
+// pathArg is the path query parameter ("" is the workdir).
+func pathArg(ctx *fasthttp.RequestCtx) string {
+	return string(ctx.QueryArgs().Peek("path"))
+}
+
+// deadlineReader renews the connection's read deadline before each read of
+// a request body, so a long upload is bounded by its progress, not by the
+// server's ReadTimeout for a whole request.
+type deadlineReader struct {
+	r    io.Reader
+	conn net.Conn
+}
+
+func (d deadlineReader) Read(p []byte) (int, error) {
+	_ = d.conn.SetReadDeadline(time.Now().Add(streamWriteTimeout))
+	return d.r.Read(p)
+}
+
+// deadlineConn renews the write deadline before each write and keeps the
+// connection's ReadFrom (sendfile) visible to io.Copy.
+type deadlineConn struct{ net.Conn }
+
+func (d deadlineConn) Write(p []byte) (int, error) {
+	deadline(d.Conn)
+	return d.Conn.Write(p)
+}
+
+func (d deadlineConn) ReadFrom(r io.Reader) (int64, error) {
+	// One deadline for the whole copy would cut a slow client off; renew
+	// it per 16 MiB. Each piece is a *io.LimitedReader over the file, the
+	// shape net's ReadFrom turns into sendfile.
+	f, ok := r.(*os.File)
+	if !ok {
+		return io.Copy(writerOnly{d.Conn}, r)
+	}
+	var total int64
+	for {
+		deadline(d.Conn)
+		n, err := io.Copy(d.Conn, &io.LimitedReader{R: f, N: 16 << 20})
+		total += n
+		if err != nil || n < 16<<20 {
+			return total, err
+		}
+	}
+}
+
+// writerOnly hides a writer's ReadFrom, so io.Copy does not come back to it.
+type writerOnly struct{ io.Writer }
 
 // deadlineWriter renews the write deadline before each write.
 type deadlineWriter struct {

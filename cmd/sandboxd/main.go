@@ -24,6 +24,7 @@ Usage:
   sandboxd ps [--json]
   sandboxd rm SANDBOX...
   sandboxd events SANDBOX [--after SEQ] [--follow]
+  sandboxd cp LOCAL SANDBOX:PATH | SANDBOX:PATH LOCAL   (a file, or a directory's contents; - is stdin/stdout)
   sandboxd info
   sandboxd version
 
@@ -64,6 +65,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = withClient(ctx, rest, stderr, func(c *client.Client, args []string) error { return ps(ctx, c, args, stdout) })
 	case "rm":
 		err = withClient(ctx, rest, stderr, func(c *client.Client, args []string) error { return rm(ctx, c, args, stdout) })
+	case "cp":
+		err = withClient(ctx, rest, stderr, func(c *client.Client, args []string) error { return cp(ctx, c, args, stdin, stdout) })
 	case "events":
 		err = withClient(ctx, rest, stderr, func(c *client.Client, args []string) error { return events(ctx, c, args, stdout) })
 	case "info":
