@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -262,4 +263,114 @@ func BenchmarkIdleRSS(b *testing.B) {
 	}
 	slices.Sort(rss)
 	b.ReportMetric(rss[len(rss)/2], "idle-rss-MB")
+}
+
+// BenchmarkTransfer1GiB: a 1 GiB file uploaded, then downloaded, through
+// the files endpoints, each against `cp` of the same file on the same disk;
+// reports throughputs, ratios and the daemon's peak RSS growth.
+func BenchmarkTransfer1GiB(b *testing.B) {
+	const size = 1 << 30
+	d, c := benchDaemon(b)
+	ctx := context.Background()
+	id := newSandbox(b, c)
+	dir := b.TempDir()
+	src := filepath.Join(dir, "src.bin")
+	f, err := os.Create(src)
+	if err != nil {
+		b.Fatal(err)
+	}
+	chunk := make([]byte, 1<<20)
+	for i := range chunk {
+		chunk[i] = byte(i * 31)
+	}
+	for i := 0; i < size/len(chunk); i++ {
+		f.Write(chunk)
+	}
+	f.Close()
+	gbps := func(d time.Duration) float64 { return size / d.Seconds() / 1e9 }
+	var cpRates, upRates, downRates []float64
+	var growth int64
+	b.ResetTimer()
+	// Every timed phase starts with nothing dirty in the page cache: each
+	// writes a gigabyte, and the kernel throttles writers once too much is
+	// dirty, which would bill one phase for another's writes.
+	settle := func() { exec.Command("sync").Run() }
+	for i := 0; i < b.N; i++ {
+		dst := filepath.Join(dir, "cp.bin")
+		settle()
+		start := time.Now()
+		if out, err := exec.Command("cp", src, dst).CombinedOutput(); err != nil {
+			b.Fatalf("cp: %v %s", err, out)
+		}
+		cpRates = append(cpRates, gbps(time.Since(start)))
+		os.Remove(dst)
+
+		pid := d.cmd.Process.Pid
+		_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/clear_refs", []byte("5"), 0)
+		base := procStatus(pid, "VmRSS")
+		in, _ := os.Open(src)
+		settle()
+		start = time.Now()
+		// A new name each time, as cp writes a new file: replacing a file
+		// costs more on ext4 (a rename over an existing file starts the
+		// new one's writeback at once).
+		name := fmt.Sprintf("big%d.bin", i)
+		res, err := c.Upload(ctx, id, name, in, size, false)
+		in.Close()
+		if err != nil || res.Bytes != size {
+			b.Fatalf("upload: %+v %v", res, err)
+		}
+		upRates = append(upRates, gbps(time.Since(start)))
+		out, _ := os.Create(filepath.Join(dir, "down.bin"))
+		settle()
+		start = time.Now()
+		_, n, err := c.Download(ctx, id, name, out)
+		out.Close()
+		if err != nil || n != size {
+			b.Fatalf("download: %d %v", n, err)
+		}
+		downRates = append(downRates, gbps(time.Since(start)))
+		os.Remove(filepath.Join(dir, "down.bin"))
+		if _, err := c.Exec(ctx, id, "rm", name); err != nil {
+			b.Fatal(err)
+		}
+		if g := procStatus(pid, "VmHWM") - base; g > growth {
+			growth = g
+		}
+	}
+	b.StopTimer()
+	med := func(v []float64) float64 { s := slices.Clone(v); slices.Sort(s); return s[len(s)/2] }
+	b.ReportMetric(med(cpRates), "cp-GB/s")
+	b.ReportMetric(med(upRates), "upload-GB/s")
+	b.ReportMetric(med(downRates), "download-GB/s")
+	b.ReportMetric(med(upRates)/med(cpRates), "upload-ratio")
+	b.ReportMetric(med(downRates)/med(cpRates), "download-ratio")
+	b.ReportMetric(float64(growth)/1024, "peak-rss-growth-MB")
+}
+
+// BenchmarkStrReplace10kLines: str_replace on a 10,000-line file over the
+// API, p50.
+func BenchmarkStrReplace10kLines(b *testing.B) {
+	_, c := benchDaemon(b)
+	ctx := context.Background()
+	id := newSandbox(b, c)
+	var sb strings.Builder
+	for i := 0; i < 10000; i++ {
+		fmt.Fprintf(&sb, "line %05d: some source code here, x = compute(%d)\n", i, i)
+	}
+	if _, err := c.WriteFile(ctx, id, "big.py", sb.String()); err != nil {
+		b.Fatal(err)
+	}
+	pair := [2]string{"line 05000: some", "line 05000: SOME"}
+	var got []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		if _, err := c.Edit(ctx, id, api.StrReplace("big.py", pair[i%2], pair[(i+1)%2])); err != nil {
+			b.Fatal(err)
+		}
+		got = append(got, time.Since(start))
+	}
+	b.StopTimer()
+	b.ReportMetric(micros(p50(got)), "p50-µs")
 }
