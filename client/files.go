@@ -1,12 +1,16 @@
 package client
 
 import (
+	"archive/tar"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/sandboxd/sandboxd/api"
@@ -111,4 +115,80 @@ func (b *exactBody) Read(p []byte) (int, error) {
 		err = io.ErrUnexpectedEOF
 	}
 	return n, err
+}
+
+// UploadPath uploads a local file, or a local directory's contents (as a
+// tar stream built on the fly; symlinks are sent as links, other special
+// files skipped), to path in the sandbox.
+func (c *Client) UploadPath(ctx context.Context, id, local, path string) (*api.TransferResult, error) {
+	st, err := os.Stat(local)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	if !st.IsDir() {
+		f, err := os.Open(local)
+		if err != nil {
+			return nil, fmt.Errorf("client: %w", err)
+		}
+		defer f.Close()
+		return c.Upload(ctx, id, path, f, st.Size(), false)
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(tarDir(local, pw)) }()
+	res, err := c.Upload(ctx, id, path, pr, -1, true)
+	pr.CloseWithError(io.ErrClosedPipe)
+	return res, err
+}
+
+// tarDir writes the tree below dir to w as a tar stream.
+func tarDir(dir string, w io.Writer) error {
+	tw := tar.NewWriter(w)
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		link := ""
+		switch {
+		case info.Mode()&fs.ModeSymlink != 0:
+			if link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		case !info.Mode().IsRegular() && !info.IsDir():
+			return nil // FIFOs, sockets, devices
+		}
+		h, err := tar.FileInfoHeader(info, link)
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		h.Name = filepath.ToSlash(rel)
+		if info.IsDir() {
+			h.Name += "/"
+		}
+		h.Uname, h.Gname = "", ""
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if !info.Mode().IsRegular() {
+			return nil
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = io.CopyN(tw, f, h.Size)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -336,6 +337,21 @@ func TestUploadDownloadRoundTrip(t *testing.T) {
 	if _, _, err := c.Download(ctx, id, "missing", io.Discard); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("missing: %v", err)
 	}
+	// A local directory (with a link and a FIFO, which is skipped) and a
+	// local file, through UploadPath.
+	local := t.TempDir()
+	os.MkdirAll(filepath.Join(local, "a", "b"), 0o755)
+	os.WriteFile(filepath.Join(local, "a", "b", "c.txt"), []byte("deep\n"), 0o644)
+	os.Symlink("b/c.txt", filepath.Join(local, "a", "link"))
+	syscall.Mkfifo(filepath.Join(local, "fifo"), 0o644)
+	res, err = c.UploadPath(ctx, id, local, "tree")
+	if err != nil || res.Files != 1 {
+		t.Fatalf("UploadPath dir: %+v %v", res, err)
+	}
+	if _, err := c.UploadPath(ctx, id, filepath.Join(local, "a", "b", "c.txt"), "one.txt"); err != nil {
+		t.Fatal(err)
+	}
+	wantRun(t, run(t, c, id, "cat tree/a/link one.txt; test -p tree/fifo || echo no-fifo"), 0, "deep\ndeep\nno-fifo\n")
 }
 
 func TestCLICopy(t *testing.T) {

@@ -44,34 +44,7 @@ func cpUp(ctx context.Context, c *client.Client, local, id, path string, stdin i
 		}
 		return err
 	}
-	st, err := os.Stat(local)
-	if err != nil {
-		return err
-	}
-	if !st.IsDir() {
-		f, err := os.Open(local)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		res, err := c.Upload(ctx, id, path, f, st.Size(), false)
-		if err == nil {
-			fmt.Fprintf(stdout, "%s: %d bytes\n", res.Path, res.Bytes)
-		}
-		return err
-	}
-	root, err := os.OpenRoot(local)
-	if err != nil {
-		return err
-	}
-	defer root.Close()
-	pr, pw := io.Pipe()
-	go func() {
-		_, err := tarfs.Archive(root, ".", pw)
-		pw.CloseWithError(err)
-	}()
-	res, err := c.Upload(ctx, id, path, pr, -1, true)
-	pr.CloseWithError(io.ErrClosedPipe)
+	res, err := c.UploadPath(ctx, id, local, path)
 	if err == nil {
 		fmt.Fprintf(stdout, "%s: %d files, %d bytes\n", res.Path, res.Files, res.Bytes)
 	}
