@@ -288,10 +288,10 @@ func openapiParse(data string) (*openapiSpec, error) {
 }
 
 // openapiErrorCodes reads the code enum of the Error schema.
-func openapiErrorCodes(spec *openapiSpec, schemas []openapiLine, n int) error {
+func openapiErrorCodes(spec *openapiSpec, schemas []openapiLine, schemasLine int) error {
 	errSchema, n, ok := openapiSection(schemas, 4, "Error:")
 	if !ok {
-		return lineError(n, "no Error schema in components/schemas")
+		return lineError(schemasLine, "no Error schema in components/schemas")
 	}
 	ci := slices.IndexFunc(errSchema, func(l openapiLine) bool { return l.text == "code:" })
 	if ci < 0 {

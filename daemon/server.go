@@ -517,14 +517,8 @@ func (d *Daemon) output(ctx *fasthttp.RequestCtx, id, seqs string) {
 // download serves GET /v1/sandboxes/{id}/files?path=P: a file's bytes, or
 // a directory as a tar stream.
 func (d *Daemon) download(ctx *fasthttp.RequestCtx, id string) {
-	s, err := d.mgr.get(id)
-	if err != nil {
-		writeError(ctx, err)
-		return
-	}
-	fx, err := s.files()
-	if err != nil {
-		writeError(ctx, err)
+	s, fx, ok := d.filesOf(ctx, id)
+	if !ok {
 		return
 	}
 	dl, err := fx.Open(pathArg(ctx))
@@ -561,17 +555,12 @@ func (d *Daemon) download(ctx *fasthttp.RequestCtx, id string) {
 // bytes, or with Content-Type application/x-tar an archive extracted into
 // directory P, all or nothing.
 func (d *Daemon) upload(ctx *fasthttp.RequestCtx, id string) {
-	s, err := d.mgr.get(id)
-	if err != nil {
-		writeError(ctx, err)
-		return
-	}
-	fx, err := s.files()
-	if err != nil {
-		writeError(ctx, err)
+	s, fx, ok := d.filesOf(ctx, id)
+	if !ok {
 		return
 	}
 	p := pathArg(ctx)
+	var err error
 	// Never PostBody on a streamed request: it reads the whole body into
 	// memory.
 	var body io.Reader
@@ -598,6 +587,20 @@ func (d *Daemon) upload(ctx *fasthttp.RequestCtx, id string) {
 		return
 	}
 	writeJSON(ctx, 200, api.TransferResult{Path: res.Path, Files: res.Files, Bytes: res.Bytes})
+}
+
+// filesOf finds the sandbox and its file executor for a files endpoint, or
+// answers the error.
+func (d *Daemon) filesOf(ctx *fasthttp.RequestCtx, id string) (*sandbox, *filex.Executor, bool) {
+	s, err := d.mgr.get(id)
+	if err == nil {
+		var fx *filex.Executor
+		if fx, err = s.files(); err == nil {
+			return s, fx, true
+		}
+	}
+	writeError(ctx, err)
+	return nil, nil, false
 }
 
 // pathArg is the path query parameter ("" is the workdir).

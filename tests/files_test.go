@@ -206,7 +206,6 @@ type tarEntry struct {
 	name, link string
 	typ        byte
 	body       string
-	size       int64 // claimed size when body is empty
 }
 
 func makeTar(t *testing.T, entries ...tarEntry) []byte {

@@ -91,13 +91,9 @@ func (e *Executor) Execute(ctx context.Context, a *api.Action, _ executors.Outpu
 	if a.Path == "" {
 		return api.Observation{}, api.Errorf(api.ErrInvalidArgument, "field \"path\" is required")
 	}
-	rel, err := e.fs.Rel(a.Path)
+	root, rel, err := e.rootFor(a.Path)
 	if err != nil {
 		return api.Observation{}, err
-	}
-	root, err := e.fs.Root()
-	if err != nil {
-		return api.Observation{}, fmt.Errorf("open the sandbox's files: %w", err)
 	}
 	defer root.Close()
 	switch a.Kind {
@@ -109,6 +105,20 @@ func (e *Executor) Execute(ctx context.Context, a *api.Action, _ executors.Outpu
 		return e.edit(root, rel, a)
 	}
 	return api.Observation{}, api.Errorf(api.ErrUnsupported, "the file executor does not run %q actions", a.Kind)
+}
+
+// rootFor maps p to a root-relative path and opens the sandbox's root. The
+// caller closes the root.
+func (e *Executor) rootFor(p string) (*os.Root, string, error) {
+	rel, err := e.fs.Rel(p)
+	if err != nil {
+		return nil, "", err
+	}
+	root, err := e.fs.Root()
+	if err != nil {
+		return nil, "", fmt.Errorf("open the sandbox's files: %w", err)
+	}
+	return root, rel, nil
 }
 
 // open opens a regular file for reading. O_NONBLOCK keeps a FIFO the

@@ -23,11 +23,7 @@ type Transfer struct {
 // file renamed into place once all arrived), creating its parents. More
 // than max bytes is api.ErrTooLarge, and nothing is written.
 func (e *Executor) Upload(p string, r io.Reader, max int64) (Transfer, error) {
-	rel, err := e.fs.Rel(p)
-	if err != nil {
-		return Transfer{}, err
-	}
-	root, err := e.fs.Root()
+	root, rel, err := e.rootFor(p)
 	if err != nil {
 		return Transfer{}, err
 	}
@@ -104,11 +100,7 @@ type onlyWriter struct{ io.Writer }
 // ExtractTar extracts a tar stream into the directory at p, all or
 // nothing (see tarfs.Extract).
 func (e *Executor) ExtractTar(p string, r io.Reader, lim tarfs.Limits) (Transfer, error) {
-	rel, err := e.fs.Rel(p)
-	if err != nil {
-		return Transfer{}, err
-	}
-	root, err := e.fs.Root()
+	root, rel, err := e.rootFor(p)
 	if err != nil {
 		return Transfer{}, err
 	}
@@ -149,11 +141,7 @@ func (d *Download) OnClose(f func()) { d.onClose = f }
 // Open prepares the download of p: a regular file, or a directory. The
 // caller must call WriteTo or Close.
 func (e *Executor) Open(p string) (*Download, error) {
-	rel, err := e.fs.Rel(p)
-	if err != nil {
-		return nil, err
-	}
-	root, err := e.fs.Root()
+	root, rel, err := e.rootFor(p)
 	if err != nil {
 		return nil, err
 	}

@@ -31,7 +31,6 @@ type ent struct {
 	body string
 	mode int64 // 0644 (files) or 0755 (directories) when zero
 	link string
-	size int64 // header size when body is not written (huge claims)
 }
 
 func file(name, body string) ent { return ent{name: name, body: body} }
