@@ -54,6 +54,13 @@ type Backend interface {
 	Recover(ctx context.Context, specs []Spec) []Recovered
 }
 
+// KindLimiter is implemented by backends that can run only some action
+// kinds (the wasm backend has no shell): Unsupported returns an error
+// wrapping api.ErrUnsupported that says what the backend can do, or nil.
+type KindLimiter interface {
+	Unsupported(kind string) error
+}
+
 // Recovered is the outcome of re-adopting one sandbox.
 type Recovered struct {
 	ID      string
