@@ -45,6 +45,16 @@ type Config struct {
 	Bash    BashConfig    `toml:"bash"`
 	Exec    ExecConfig    `toml:"exec"`
 	Files   FilesConfig   `toml:"files"`
+	Wasm    WasmConfig    `toml:"wasm"`
+}
+
+// WasmConfig configures the wasm backend.
+type WasmConfig struct {
+	// MaxModuleBytes is the largest module file the daemon runs.
+	MaxModuleBytes int64 `toml:"max_module_bytes"`
+	// MaxCompiled is how many compiled modules stay in memory per memory
+	// cap; the on-disk cache keeps every one.
+	MaxCompiled int `toml:"max_compiled"`
 }
 
 // FilesConfig bounds file actions and bulk transfers.
@@ -167,6 +177,7 @@ func DefaultConfig() Config {
 		},
 		Bash: BashConfig{DefaultTimeout: Duration(30 * time.Second), MaxOutputChars: 30000},
 		Exec: ExecConfig{DefaultTimeout: Duration(60 * time.Second), MaxStreamBytes: 1 << 20},
+		Wasm: WasmConfig{MaxModuleBytes: 256 << 20, MaxCompiled: 32},
 		Files: FilesConfig{
 			MaxReadBytes:       256 << 10,
 			MaxEditBytes:       32 << 20,
@@ -281,6 +292,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Files.MaxReadBytes < 100 || c.Files.MaxEditBytes < 100 || c.Files.MaxTransferBytes < 1 || c.Files.MaxTransferEntries < 1 {
 		return errors.New("files limits must be positive (max_read_bytes and max_edit_bytes at least 100)")
+	}
+	if c.Wasm.MaxModuleBytes < 8 || c.Wasm.MaxCompiled < 1 {
+		return errors.New("wasm.max_module_bytes must be at least 8 and wasm.max_compiled at least 1")
 	}
 	if c.Bash.MaxOutputChars < 100 || c.Exec.MaxStreamBytes < 100 {
 		return errors.New("bash.max_output_chars and exec.max_stream_bytes must be at least 100")

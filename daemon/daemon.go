@@ -24,6 +24,7 @@ import (
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/backends"
 	"github.com/sandboxd/sandboxd/backends/process"
+	"github.com/sandboxd/sandboxd/backends/wasm"
 	"github.com/sandboxd/sandboxd/executors/bash"
 	execx "github.com/sandboxd/sandboxd/executors/exec"
 	filex "github.com/sandboxd/sandboxd/executors/file"
@@ -149,7 +150,17 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 	}
 	d.addBackend(pb)
 	d.addBackend(missing{api.BackendContainerd, "the containerd backend is not part of this version of sandboxd yet"})
-	d.addBackend(missing{api.BackendWasm, "the wasm backend is not part of this version of sandboxd yet"})
+	wb, err := wasm.New(wasm.Config{
+		WorkspaceRoot:  filepath.Join(cfg.StateDir, "wasm"),
+		CacheDir:       filepath.Join(cfg.StateDir, "cache", "wasm"),
+		MaxModuleBytes: cfg.Wasm.MaxModuleBytes,
+		MaxCompiled:    cfg.Wasm.MaxCompiled,
+		Logger:         log.With("backend", "wasm"),
+	})
+	if err != nil {
+		return fail(err)
+	}
+	d.addBackend(wb)
 	if d.mgr, err = newManager(d); err != nil {
 		return fail(err)
 	}

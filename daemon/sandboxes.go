@@ -567,6 +567,11 @@ func (s *sandbox) replay(a *api.Action, seq, res int64) (api.Observation, error)
 
 // executor returns what runs kind; s.mu is held.
 func (s *sandbox) executor(kind string) (executors.Executor, error) {
+	if l, ok := s.backend.(backends.KindLimiter); ok {
+		if err := l.Unsupported(kind); err != nil {
+			return nil, err
+		}
+	}
 	switch kind {
 	case api.KindRun, api.KindInterrupt:
 		return s.bash, nil
