@@ -10,6 +10,7 @@ package tests
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -373,4 +374,112 @@ func BenchmarkStrReplace10kLines(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(micros(p50(got)), "p50-µs")
+}
+
+// BenchmarkWasmColdWarm: the first run of a 2.9 MB Go-built module on a
+// daemon with an empty compile cache (compile included), against creating a
+// wasm sandbox, uploading the module and running it once the cache is warm.
+func BenchmarkWasmColdWarm(b *testing.B) {
+	g := guest(b)
+	ctx := context.Background()
+	var cold, warm, warmAll, warmExec, warmCreate []time.Duration
+	var c *client.Client
+	// Cold: three daemons, each with a new state directory (an empty
+	// cache), whatever b.N is: each costs a compile.
+	for range 3 {
+		_, c = benchDaemon(b)
+		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Backend: api.BackendWasm})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.Upload(ctx, sb.ID, "guest.wasm", bytes.NewReader(g), int64(len(g)), false); err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		if o, err := c.Exec(ctx, sb.ID, "guest.wasm"); err != nil || *o.ExitCode != 0 {
+			b.Fatalf("cold: %+v %v", o, err)
+		}
+		cold = append(cold, time.Since(start))
+	}
+	// Warm, on the last daemon: create, upload, exec. The upload is a
+	// transfer of 3 MB, timed apart from the rest.
+	b.ResetTimer()
+	for range max(b.N, 30) {
+		t0 := time.Now()
+		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Backend: api.BackendWasm})
+		if err != nil {
+			b.Fatal(err)
+		}
+		created := time.Since(t0)
+		if _, err := c.Upload(ctx, sb.ID, "guest.wasm", bytes.NewReader(g), int64(len(g)), false); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if o, err := c.Exec(ctx, sb.ID, "guest.wasm"); err != nil || *o.ExitCode != 0 {
+			b.Fatalf("warm: %+v %v", o, err)
+		}
+		exec := time.Since(t1)
+		warmCreate = append(warmCreate, created)
+		warmExec = append(warmExec, exec)
+		warm = append(warm, created+exec)
+		warmAll = append(warmAll, time.Since(t0))
+		c.DeleteSandbox(ctx, sb.ID)
+	}
+	b.ReportMetric(micros(p50(cold))/1000, "cold-exec-ms")
+	b.ReportMetric(micros(p50(warm))/1000, "warm-create+exec-ms")
+	b.ReportMetric(micros(p50(warmCreate))/1000, "warm-create-ms")
+	b.ReportMetric(micros(p50(warmExec))/1000, "warm-exec-ms")
+	b.ReportMetric(micros(p50(warmAll))/1000, "warm-create+upload+exec-ms")
+	b.ReportMetric(float64(p50(cold))/float64(p50(warm)), "cold/warm")
+}
+
+// BenchmarkWasmParallel32: 32 clients, each with a wasm sandbox, running
+// the Go-built module and a minimal one, beside 32 clients doing the
+// process backend's exec true, each for the same time.
+func BenchmarkWasmParallel32(b *testing.B) {
+	const workers = 32
+	const span = 3 * time.Second
+	g := guest(b)
+	tiny := []byte{0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, 0x01, 0x04, 0x01, 0x60, 0x00, 0x00, 0x03, 0x02, 0x01, 0x00, 0x07, 0x0a, 0x01, 0x06, '_', 's', 't', 'a', 'r', 't', 0x00, 0x00, 0x0a, 0x04, 0x01, 0x02, 0x00, 0x0b}
+	_, c := benchDaemon(b)
+	ctx := context.Background()
+	var wasmIDs, procIDs []string
+	for i := 0; i < workers; i++ {
+		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Backend: api.BackendWasm, Limits: &api.Limits{MemoryMB: 64}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.Upload(ctx, sb.ID, "guest.wasm", bytes.NewReader(g), int64(len(g)), false)
+		c.Upload(ctx, sb.ID, "tiny.wasm", bytes.NewReader(tiny), int64(len(tiny)), false)
+		wasmIDs = append(wasmIDs, sb.ID)
+		procIDs = append(procIDs, newSandbox(b, c))
+	}
+	rate := func(ids []string, argv ...string) float64 {
+		var n atomic.Int64
+		var wg sync.WaitGroup
+		deadline := time.Now().Add(span)
+		start := time.Now()
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(deadline) {
+					o, err := c.Exec(ctx, ids[w], argv...)
+					if err != nil || o.ExitCode == nil || *o.ExitCode != 0 {
+						b.Errorf("%v: %+v %v", argv, o, err)
+						return
+					}
+					n.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		return float64(n.Load()) / time.Since(start).Seconds()
+	}
+	c.Exec(ctx, wasmIDs[0], "guest.wasm") // compile once, outside the timing
+	c.Exec(ctx, wasmIDs[0], "tiny.wasm")
+	b.ResetTimer()
+	b.ReportMetric(rate(wasmIDs, "guest.wasm"), "wasm-go-runs/s")
+	b.ReportMetric(rate(wasmIDs, "tiny.wasm"), "wasm-tiny-runs/s")
+	b.ReportMetric(rate(procIDs, "true"), "process-exec-true/s")
 }
