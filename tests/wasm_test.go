@@ -79,6 +79,7 @@ func TestWasmExec(t *testing.T) {
 		{"exit 3", api.Exec("guest.wasm", "exit", "3"), 3, "", ""},
 		{"stderr", api.Exec("guest.wasm", "stderr"), 7, "", "to stderr\n"},
 		{"stdin", &api.Action{Kind: api.KindExec, Argv: []string{"guest.wasm", "stdin"}, Stdin: "shout\n"}, 0, "SHOUT\n", ""},
+		{"no stdin: end of file at once, never a block", &api.Action{Kind: api.KindExec, Argv: []string{"guest.wasm", "stdin"}, TimeoutS: api.Seconds(30)}, 0, "", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -111,6 +112,12 @@ func TestWasmLimits(t *testing.T) {
 	o := mustRun(t, c, id, &api.Action{Kind: api.KindExec, Argv: []string{"guest.wasm", "loop"}, TimeoutS: api.Seconds(1)})
 	if !o.TimedOut || o.ExitCode == nil || *o.ExitCode != 137 || time.Since(start) > 10*time.Second {
 		t.Fatalf("loop: timed_out=%v exit %s after %v", o.TimedOut, exitCode(o), time.Since(start))
+	}
+	// So does a module asleep in one long host call.
+	start = time.Now()
+	o = mustRun(t, c, id, &api.Action{Kind: api.KindExec, Argv: []string{"guest.wasm", "sleep"}, TimeoutS: api.Seconds(1)})
+	if !o.TimedOut || o.ExitCode == nil || *o.ExitCode != 137 || time.Since(start) > 10*time.Second {
+		t.Fatalf("sleep: timed_out=%v exit %s after %v", o.TimedOut, exitCode(o), time.Since(start))
 	}
 	// Memory growth stops at the cap: the module fails, the daemon does not.
 	o = mustRun(t, c, id, &api.Action{Kind: api.KindExec, Argv: []string{"guest.wasm", "alloc"}, TimeoutS: api.Seconds(30)})

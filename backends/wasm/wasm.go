@@ -31,6 +31,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/backends"
@@ -347,6 +348,7 @@ func (s *sandbox) Start(ctx context.Context, ps backends.ProcessSpec) (backends.
 		c.runs.Done()
 		return nil, fmt.Errorf("open the workspace: %w", err)
 	}
+	runCtx, cancel := context.WithCancel(experimental.WithMemoryAllocator(context.Background(), memAllocator))
 	// The module config: what the guest sees, and nothing else.
 	fscfg := wazero.NewFSConfig().(sysfs.FSConfig).WithSysFSMount(fsys, Guest)
 	fscfg = fscfg.(sysfs.FSConfig).WithSysFSMount(fsys, ".")
@@ -356,7 +358,7 @@ func (s *sandbox) Start(ctx context.Context, ps backends.ProcessSpec) (backends.
 		WithFSConfig(fscfg).
 		WithSysWalltime().
 		WithSysNanotime().
-		WithSysNanosleep().
+		WithNanosleep(func(ns int64) { sleep(runCtx, ns) }).
 		WithRandSource(rand.Reader)
 	for k, v := range s.env {
 		if _, override := ps.Env[k]; !override {
@@ -385,7 +387,6 @@ func (s *sandbox) Start(ctx context.Context, ps backends.ProcessSpec) (backends.
 	}
 	mc = mc.WithStderr(stderr)
 
-	runCtx, cancel := context.WithCancel(experimental.WithMemoryAllocator(context.Background(), memAllocator))
 	p := &proc{sb: s, cancel: cancel, done: make(chan struct{})}
 	s.mu.Lock()
 	var refuse error
@@ -419,6 +420,19 @@ func (s *sandbox) Start(ctx context.Context, ps backends.ProcessSpec) (backends.
 		close(p.done)
 	}()
 	return p, nil
+}
+
+// sleep is the guest's clock sleep (poll_oneoff on a clock): it ends early
+// when the run is stopped. wazero closes an instance at its next call or
+// loop iteration, which a guest sleeping for an hour in one host call would
+// otherwise reach only an hour later.
+func sleep(ctx context.Context, ns int64) {
+	t := time.NewTimer(time.Duration(ns))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // buffers keeps module read buffers between runs.

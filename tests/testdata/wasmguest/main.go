@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 func main() {
@@ -47,6 +48,9 @@ func main() {
 	case "exit":
 		code, _ := strconv.Atoi(os.Args[2])
 		os.Exit(code)
+	case "sleep":
+		// One host call that lasts: a deadline must end it.
+		time.Sleep(time.Hour)
 	case "loop":
 		for i := 0; ; i++ {
 			if i < 0 {
