@@ -10,6 +10,11 @@
 // Each subtest creates sandboxes of its own (and destroys them when it
 // ends), so subtests are independent; Options says what a backend cannot do,
 // and the subtests that need it are skipped.
+//
+// Most subtests need a shell and coreutils. Those that check the contracts
+// every backend shares (exit statuses, output, Wait, Kill, Destroy, FS) run
+// only the few programs of Programs, so a backend without a shell (wasm)
+// runs them too, with programs of its own kind.
 package backendtest
 
 import (
@@ -46,7 +51,8 @@ type Options struct {
 	Limits api.Limits
 
 	// NoShell says the sandbox has no sh, bash and coreutils; almost every
-	// subtest needs them and is skipped.
+	// subtest needs them and is skipped. The subtests that need only
+	// Programs still run if Programs is set.
 	NoShell bool
 	// NoTTY says the backend gives no terminals; the TTY subtests are
 	// skipped.
@@ -63,9 +69,82 @@ type Options struct {
 	// Close leave nothing behind; nil skips those checks.
 	Processes func(sb backends.Sandbox) ([]int, error)
 
+	// Programs are the programs the shell-free subtests run. nil means
+	// ShellPrograms, unless NoShell is set: then those subtests are skipped
+	// too.
+	Programs *Programs
+
 	// Skip maps subtest names to the reason to skip them, for what the
 	// backend does not do yet ("BUG: ..." for known bugs).
 	Skip map[string]string
+}
+
+// Programs build the argv of the programs that the subtests which need no
+// shell start in a sandbox. Every field but Symlink must be set. Paths are
+// as the sandbox names them: relative to its workdir, or absolute in its
+// view (what FS.Path returns). Text is a few printable ASCII characters,
+// with no backslash and no leading "-", so that echo prints it as it is.
+type Programs struct {
+	// Echo prints text and a newline on stdout and exits 0.
+	Echo func(text string) []string
+	// EchoErrExit prints out and a newline on stdout, then err and a
+	// newline on stderr, and exits with code (0 to 125).
+	EchoErrExit func(out, err string, code int) []string
+	// Cat prints the content of the file at path on stdout and exits 0.
+	Cat func(path string) []string
+	// Append appends text (nothing added) to the file at path, creating it
+	// if it does not exist, and exits 0.
+	Append func(path, text string) []string
+	// SleepEcho sleeps for d, then prints text and a newline on stdout and
+	// exits 0.
+	SleepEcho func(d time.Duration, text string) []string
+	// Forever runs until it is killed, doing nothing; a kill must stop it
+	// within a second.
+	Forever func() []string
+	// Symlink creates a symbolic link at link whose target is the text
+	// target, which need not exist, and exits 0. nil means the suite plants
+	// links itself, through the sandbox's FS.
+	Symlink func(target, link string) []string
+}
+
+// ShellPrograms returns the Programs of a sandbox with sh and coreutils.
+func ShellPrograms() *Programs {
+	return &Programs{
+		Echo: func(text string) []string { return []string{"echo", text} },
+		EchoErrExit: func(out, err string, code int) []string {
+			// Arguments, not text pasted into the script: nothing to quote.
+			return []string{"sh", "-c", `echo "$1"; echo "$2" >&2; exit "$3"`, "sh", out, err, strconv.Itoa(code)}
+		},
+		Cat: func(path string) []string { return []string{"cat", path} },
+		Append: func(path, text string) []string {
+			return []string{"sh", "-c", `printf '%s' "$2" >> "$1"`, "sh", path, text}
+		},
+		SleepEcho: func(d time.Duration, text string) []string {
+			return []string{"sh", "-c", `sleep "$1"; echo "$2"`, "sh", strconv.FormatFloat(d.Seconds(), 'f', -1, 64), text}
+		},
+		Forever: func() []string { return []string{"sleep", "100000"} },
+		Symlink: func(target, link string) []string { return []string{"ln", "-s", target, link} },
+	}
+}
+
+// check reports the first required field of p that is nil.
+func (p *Programs) check() error {
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{
+		{"Echo", p.Echo != nil},
+		{"EchoErrExit", p.EchoErrExit != nil},
+		{"Cat", p.Cat != nil},
+		{"Append", p.Append != nil},
+		{"SleepEcho", p.SleepEcho != nil},
+		{"Forever", p.Forever != nil},
+	} {
+		if !f.set {
+			return fmt.Errorf("Options.Programs.%s is nil; every field but Symlink must be set", f.name)
+		}
+	}
+	return nil
 }
 
 // DefaultLimits are the limits of suite sandboxes where Options.Limits
@@ -76,6 +155,7 @@ var DefaultLimits = api.Limits{MemoryMB: 1024, Pids: 256}
 type suite struct {
 	newBackend func(t *testing.T) backends.Backend
 	opts       Options
+	progs      *Programs // nil: the backend runs nothing the suite knows
 }
 
 // Run runs the conformance suite as subtests of t.
@@ -86,34 +166,44 @@ type suite struct {
 // CloseThenRecover subtests rely on this). It registers its own cleanup
 // with t.
 func Run(t *testing.T, newBackend func(t *testing.T) backends.Backend, opts Options) {
-	s := &suite{newBackend: newBackend, opts: opts}
+	s := &suite{newBackend: newBackend, opts: opts, progs: opts.Programs}
+	if s.progs == nil && !opts.NoShell {
+		s.progs = ShellPrograms()
+	}
+	if s.progs != nil {
+		if err := s.progs.check(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	tests := []struct {
 		name  string
 		shell bool // needs sh and coreutils
+		progs bool // needs only Programs
 		tty   bool // needs terminals
 		fn    func(t *testing.T)
 	}{
-		{"ExecBasics", true, false, s.testExecBasics},
-		{"Stdin", true, false, s.testStdin},
-		{"EnvSanitized", true, false, s.testEnv},
-		{"Workdir", true, false, s.testWorkdir},
-		{"ProgramLookup", true, false, s.testProgramLookup},
-		{"SignalExit", true, false, s.testSignalExit},
-		{"KillKillsTree", true, false, s.testKillTree},
-		{"DestroyKillsEverything", true, false, s.testDestroy},
-		{"DestroyCancelledContext", true, false, s.testDestroyCancelled},
-		{"OutputFlood", true, false, s.testOutputFlood},
-		{"OutputSlowWriter", true, false, s.testOutputSlowWriter},
-		{"OutputDeliveredAfterExit", true, false, s.testOutputAfterExit},
-		{"ChildKeepsStdoutOpen", true, false, s.testChildKeepsStdoutOpen},
-		{"TTY", true, true, s.testTTY},
-		{"Concurrency", true, false, s.testConcurrency},
-		{"WaitCancelledContext", true, false, s.testWaitCancelled},
-		{"CloseThenRecover", true, false, s.testCloseRecover},
-		{"CloseThenRecoverOnNewBackend", true, false, s.testCloseRecoverNewBackend},
-		{"UserIsolation", true, false, s.testUserIsolation},
-		{"FSRoundTrip", true, false, s.testFSRoundTrip},
-		{"FSConfined", true, false, s.testFSConfined},
+		{"ExecBasics", false, true, false, s.testExecBasics},
+		{"Stdin", true, false, false, s.testStdin},
+		{"EnvSanitized", true, false, false, s.testEnv},
+		{"Workdir", true, false, false, s.testWorkdir},
+		{"ProgramLookup", true, false, false, s.testProgramLookup},
+		{"SignalExit", true, false, false, s.testSignalExit},
+		{"KillKillsTree", true, false, false, s.testKillTree},
+		{"KillAndDestroyStopPrograms", false, true, false, s.testKillAndDestroy},
+		{"DestroyKillsEverything", true, false, false, s.testDestroy},
+		{"DestroyCancelledContext", true, false, false, s.testDestroyCancelled},
+		{"OutputFlood", true, false, false, s.testOutputFlood},
+		{"OutputSlowWriter", true, false, false, s.testOutputSlowWriter},
+		{"OutputDeliveredAfterExit", true, false, false, s.testOutputAfterExit},
+		{"ChildKeepsStdoutOpen", true, false, false, s.testChildKeepsStdoutOpen},
+		{"TTY", true, false, true, s.testTTY},
+		{"Concurrency", false, true, false, s.testConcurrency},
+		{"WaitCancelledContext", false, true, false, s.testWaitCancelled},
+		{"CloseThenRecover", false, true, false, s.testCloseRecover},
+		{"CloseThenRecoverOnNewBackend", false, true, false, s.testCloseRecoverNewBackend},
+		{"UserIsolation", true, false, false, s.testUserIsolation},
+		{"FSRoundTrip", false, true, false, s.testFSRoundTrip},
+		{"FSConfined", false, true, false, s.testFSConfined},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -122,6 +212,9 @@ func Run(t *testing.T, newBackend func(t *testing.T) backends.Backend, opts Opti
 			}
 			if tc.shell && opts.NoShell {
 				t.Skip("the backend has no shell")
+			}
+			if tc.progs && s.progs == nil {
+				t.Skip("the backend has no shell and Options.Programs is nil: nothing to run")
 			}
 			if tc.tty && opts.NoTTY {
 				t.Skip("the backend has no terminals")
@@ -291,6 +384,21 @@ func (s *suite) sandbox(t *testing.T) (backends.Backend, backends.Sandbox, backe
 	return b, CreateSandbox(t, b, spec), spec
 }
 
+// busy starts what a sandbox runs when the daemon destroys it or lets go of
+// it, and waits until it runs: with a shell, processes that left the
+// started one's process group and session; without, a Forever program.
+func (s *suite) busy(t *testing.T, sb backends.Sandbox) backends.Process {
+	t.Helper()
+	if s.opts.NoShell {
+		p := Start(t, sb, backends.ProcessSpec{Argv: s.progs.Forever()})
+		s.waitProcesses(t, sb, 1)
+		return p
+	}
+	p := Start(t, sb, backends.ProcessSpec{Argv: []string{"sh", "-c", "sleep 1000 & setsid sleep 1001 & wait"}})
+	s.waitProcesses(t, sb, 3)
+	return p
+}
+
 // processes lists sb's processes via the hook; ok is false without one.
 func (s *suite) processes(t *testing.T, sb backends.Sandbox) (pids []int, ok bool) {
 	t.Helper()
@@ -403,7 +511,7 @@ func (s *suite) testExecBasics(t *testing.T) {
 	}
 	var out, errb Buffer
 	p := Start(t, sb, backends.ProcessSpec{
-		Argv:   []string{"sh", "-c", "echo out; echo err >&2; exit 3"},
+		Argv:   s.progs.EchoErrExit("out", "err", 3),
 		Stdout: &out, Stderr: &errb,
 	})
 	if w := p.Stdin(); w != nil {
@@ -425,7 +533,7 @@ func (s *suite) testExecBasics(t *testing.T) {
 		t.Errorf("second Wait = %+v, first %+v", st2, st)
 	}
 	// Nil writers discard.
-	p = Start(t, sb, backends.ProcessSpec{Argv: []string{"sh", "-c", "echo out; echo err >&2"}})
+	p = Start(t, sb, backends.ProcessSpec{Argv: s.progs.EchoErrExit("out", "err", 0)})
 	expectStatus(t, "nil writers", WaitExit(t, p, 30*time.Second), 0, 0)
 	// An empty argv does not start.
 	if p, err := sb.Start(context.Background(), backends.ProcessSpec{}); err == nil {
@@ -673,6 +781,56 @@ func (s *suite) testKillTree(t *testing.T) {
 	}
 }
 
+// testKillAndDestroy is what KillKillsTree and DestroyKillsEverything
+// check, for a backend without processes of processes: Kill stops one
+// program and no other, Destroy stops every program still running.
+func (s *suite) testKillAndDestroy(t *testing.T) {
+	_, sb, _ := s.sandbox(t)
+	procs := make([]backends.Process, 3)
+	for i := range procs {
+		procs[i] = Start(t, sb, backends.ProcessSpec{Argv: s.progs.Forever()})
+	}
+	s.waitProcesses(t, sb, len(procs))
+	if err := procs[0].Kill(); err != nil {
+		t.Errorf("Kill: %v, want nil", err)
+	}
+	expectStatus(t, "Forever after Kill", WaitExit(t, procs[0], 10*time.Second), 128+int(syscall.SIGKILL), syscall.SIGKILL)
+	if err := procs[0].Kill(); err != nil {
+		t.Errorf("Kill after the end: %v, want nil", err)
+	}
+	// The others were not killed with it. (They never end by themselves,
+	// so a Wait that returns here is a failure whenever it happens.)
+	for i, p := range procs[1:] {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		if st, err := p.Wait(ctx); err == nil {
+			t.Errorf("program %d ended (%+v) when program 0 was killed; want it to run on", i+1, st)
+		}
+		cancel()
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := sb.Destroy(ctx); err != nil {
+		t.Errorf("Destroy: %v, want nil", err)
+	}
+	for i, p := range procs[1:] {
+		wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if _, err := p.Wait(wctx); err != nil {
+			t.Errorf("program %d did not end within 5s of Destroy: %v", i+1, err)
+			_ = p.Kill()
+		}
+		wcancel()
+	}
+	s.waitNoProcesses(t, sb, 5*time.Second, "Destroy")
+	if err := sb.Destroy(ctx); err != nil {
+		t.Errorf("second Destroy: %v, want nil", err)
+	}
+	if p, err := sb.Start(context.Background(), backends.ProcessSpec{Argv: s.progs.Echo("after")}); err == nil {
+		WaitExit(t, p, 10*time.Second)
+		t.Error("Start after Destroy succeeded, want an error")
+	}
+}
+
 func (s *suite) testDestroy(t *testing.T) {
 	_, sb, _ := s.sandbox(t)
 	var procs []backends.Process
@@ -895,7 +1053,7 @@ func (s *suite) testConcurrency(t *testing.T) {
 		go func(i int) {
 			defer wg.Done()
 			var out Buffer
-			p, err := sb.Start(context.Background(), backends.ProcessSpec{Argv: []string{"echo", strconv.Itoa(i)}, Stdout: &out})
+			p, err := sb.Start(context.Background(), backends.ProcessSpec{Argv: s.progs.Echo(strconv.Itoa(i)), Stdout: &out})
 			if err != nil {
 				t.Errorf("Start %d: %v", i, err)
 				return
@@ -909,10 +1067,10 @@ func (s *suite) testConcurrency(t *testing.T) {
 				return
 			}
 			if st.Code != 0 || st.Signal != 0 {
-				t.Errorf("echo %d: exit %+v", i, st)
+				t.Errorf("echo %d: exit %+v, want 0", i, st)
 			}
 			if got, want := out.String(), strconv.Itoa(i)+"\n"; got != want {
-				t.Errorf("echo %d printed %q", i, got)
+				t.Errorf("echo %d printed %q, want %q", i, got, want)
 			}
 		}(i)
 	}
@@ -922,7 +1080,7 @@ func (s *suite) testConcurrency(t *testing.T) {
 func (s *suite) testWaitCancelled(t *testing.T) {
 	_, sb, _ := s.sandbox(t)
 	var out Buffer
-	p := Start(t, sb, backends.ProcessSpec{Argv: []string{"sh", "-c", "sleep 1; echo alive"}, Stdout: &out})
+	p := Start(t, sb, backends.ProcessSpec{Argv: s.progs.SleepEcho(time.Second, "alive"), Stdout: &out})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := p.Wait(ctx); !errors.Is(err, context.Canceled) {
@@ -934,7 +1092,7 @@ func (s *suite) testWaitCancelled(t *testing.T) {
 		t.Errorf("Wait with an expiring context: %v, want context.DeadlineExceeded", err)
 	}
 	// The process was not killed: it finishes normally.
-	expectStatus(t, "sleep; echo", WaitExit(t, p, 30*time.Second), 0, 0)
+	expectStatus(t, "sleep then echo", WaitExit(t, p, 30*time.Second), 0, 0)
 	if got := out.String(); got != "alive\n" {
 		t.Errorf("stdout = %q, want %q", got, "alive\n")
 	}
@@ -954,9 +1112,8 @@ func (s *suite) closeForRecovery(t *testing.T, b backends.Backend) (backends.Spe
 	// there is one, else the closed one.
 	current := &sb
 	t.Cleanup(func() { Destroy(t, *current) })
-	MustExec(t, sb, "sh", "-c", "echo kept > kept.txt")
-	p := Start(t, sb, backends.ProcessSpec{Argv: []string{"sh", "-c", "sleep 1000 & setsid sleep 1001 & wait"}})
-	s.waitProcesses(t, sb, 3)
+	MustExec(t, sb, s.progs.Append("kept.txt", "kept\n")...)
+	p := s.busy(t, sb)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := sb.Close(ctx); err != nil {
@@ -997,15 +1154,15 @@ func (s *suite) checkRecovered(t *testing.T, rs []backends.Recovered, spec, miss
 	if sb.ID() != spec.ID {
 		t.Errorf("recovered sandbox has ID %q, want %q", sb.ID(), spec.ID)
 	}
-	if got := MustExec(t, sb, "cat", "kept.txt"); got != "kept\n" {
+	if got := MustExec(t, sb, s.progs.Cat("kept.txt")...); got != "kept\n" {
 		t.Errorf("kept.txt after Recover = %q, want %q", got, "kept\n")
 	}
-	if got := MustExec(t, sb, "sh", "-c", "echo again > again.txt && cat again.txt"); got != "again\n" {
-		t.Errorf("a new file after Recover = %q", got)
+	MustExec(t, sb, s.progs.Append("again.txt", "again\n")...)
+	if got := MustExec(t, sb, s.progs.Cat("again.txt")...); got != "again\n" {
+		t.Errorf("a new file after Recover = %q, want %q", got, "again\n")
 	}
 	// Destroy finds everything it started.
-	p := Start(t, sb, backends.ProcessSpec{Argv: []string{"sh", "-c", "sleep 1000 & setsid sleep 1001 & wait"}})
-	s.waitProcesses(t, sb, 3)
+	p := s.busy(t, sb)
 	Destroy(t, sb)
 	WaitExit(t, p, 5*time.Second)
 	s.waitNoProcesses(t, sb, 5*time.Second, "Destroy after Recover")
@@ -1095,15 +1252,17 @@ func (s *suite) testFSRoundTrip(t *testing.T) {
 		}
 	}
 	f.Close()
-	if got := MustExec(t, sb, "cat", fsys.Path(rel)); got != "written by the daemon\n" {
-		t.Fatalf("the sandbox reads %q", got)
+	if got := MustExec(t, sb, s.progs.Cat(fsys.Path(rel))...); got != "written by the daemon\n" {
+		t.Fatalf("the sandbox reads %q, want %q", got, "written by the daemon\n")
 	}
-	// The sandbox can change what the daemon gave it.
-	MustExec(t, sb, "sh", "-c", "echo appended >> "+fsys.Path(rel)+" && echo from the sandbox > dir/from-sandbox.txt")
+	// The sandbox can change what the daemon gave it, and make files of
+	// its own in the directory the daemon made.
+	MustExec(t, sb, s.progs.Append(fsys.Path(rel), "appended\n")...)
+	MustExec(t, sb, s.progs.Append("dir/from-sandbox.txt", "from the sandbox\n")...)
 	for name, want := range map[string]string{rel: "written by the daemon\nappended\n", "dir/from-sandbox.txt": "from the sandbox\n"} {
 		b, err := root.ReadFile(name)
 		if err != nil || string(b) != want {
-			t.Errorf("%s through FS: %q %v", name, b, err)
+			t.Errorf("%s through FS: %q %v, want %q", name, b, err, want)
 		}
 	}
 }
@@ -1118,12 +1277,26 @@ func (s *suite) testFSConfined(t *testing.T) {
 			t.Errorf("Rel(%q): %v, want permission denied", p, err)
 		}
 	}
-	MustExec(t, sb, "sh", "-c", "ln -s /etc out && ln -s ../../../../../../.. up && ln -s out chain")
 	root, err := fsys.Root()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer root.Close()
+	for _, l := range []struct{ target, link string }{
+		{"/etc", "out"},
+		{"../../../../../../..", "up"},
+		{"out", "chain"},
+	} {
+		if s.progs.Symlink == nil {
+			// os.Root.Symlink stores any target, as a program in the
+			// sandbox would: links are confined where they are followed.
+			if err := root.Symlink(l.target, l.link); err != nil {
+				t.Fatalf("plant %s -> %s through FS: %v", l.link, l.target, err)
+			}
+			continue
+		}
+		MustExec(t, sb, s.progs.Symlink(l.target, l.link)...)
+	}
 	for _, p := range []string{"out/passwd", "up/etc/passwd", "chain/passwd"} {
 		if f, err := root.Open(p); err == nil {
 			f.Close()

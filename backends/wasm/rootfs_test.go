@@ -1067,35 +1067,45 @@ func main() {
 }
 `
 
-// rfsGuestWasm builds rfsGuestSrc for wasip1, caching the result under
-// os.TempDir() by the hash of the source and the Go version.
+// rfsGuestWasm builds rfsGuestSrc for wasip1.
 func rfsGuestWasm(t *testing.T) []byte {
 	t.Helper()
-	sum := sha256.Sum256([]byte(rfsGuestSrc + runtime.Version()))
-	cached := filepath.Join(os.TempDir(), "sandboxd-rootfs-guest-"+hex.EncodeToString(sum[:8])+".wasm")
+	return buildGuest(t, "rootfs-guest", rfsGuestSrc)
+}
+
+// buildGuest builds src, the main package of a Go program, for wasip1 and
+// returns the module. Building takes seconds, so the module is cached
+// under os.TempDir() by name and the hash of the source and the Go
+// version. Where it cannot be built the test is skipped, unless CI is set.
+func buildGuest(t *testing.T, name, src string) []byte {
+	t.Helper()
+	sum := sha256.Sum256([]byte(src + runtime.Version()))
+	prefix := "sandboxd-" + name + "-"
+	cached := filepath.Join(os.TempDir(), prefix+hex.EncodeToString(sum[:8])+".wasm")
 	if b, err := os.ReadFile(cached); err == nil && len(b) > 0 {
 		return b
 	}
 	unavailable := func(format string, args ...any) {
 		t.Helper()
+		why := fmt.Sprintf(format, args...)
 		if os.Getenv("CI") != "" {
-			t.Fatalf("building the wasip1 guest: "+format, args...)
+			t.Fatalf("building the wasip1 guest %s: %s", name, why)
 		}
-		t.Skipf("skipping: cannot build the wasip1 guest (set CI to make this fail): "+format, args...)
+		t.Skipf("skipping: cannot build the wasip1 guest %s (set CI to make this fail): %s", name, why)
 	}
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		goBin = "/usr/local/go/bin/go"
 	}
-	src := t.TempDir()
-	for name, content := range map[string]string{"main.go": rfsGuestSrc, "go.mod": "module guest\n\ngo 1.21\n"} {
-		if err := os.WriteFile(filepath.Join(src, name), []byte(content), 0o644); err != nil {
+	dir := t.TempDir()
+	for file, content := range map[string]string{"main.go": src, "go.mod": "module guest\n\ngo 1.21\n"} {
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	out := filepath.Join(src, "guest.wasm")
+	out := filepath.Join(dir, "guest.wasm")
 	cmd := exec.Command(goBin, "build", "-o", out, ".")
-	cmd.Dir = src
+	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0", "GOFLAGS=", "GOWORK=off", "GOTOOLCHAIN=local")
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		unavailable("%v: %s", err, msg)
@@ -1105,7 +1115,7 @@ func rfsGuestWasm(t *testing.T) []byte {
 		t.Fatal(err)
 	}
 	// Cache it, atomically; failing to is no error.
-	if tmp, err := os.CreateTemp(os.TempDir(), "sandboxd-rootfs-guest-*.tmp"); err == nil {
+	if tmp, err := os.CreateTemp(os.TempDir(), prefix+"*.tmp"); err == nil {
 		_, werr := tmp.Write(b)
 		if cerr := tmp.Close(); werr == nil && cerr == nil {
 			_ = os.Rename(tmp.Name(), cached)
