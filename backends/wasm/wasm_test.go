@@ -1,7 +1,6 @@
 package wasm
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/backends"
+	"github.com/sandboxd/sandboxd/backends/backendtest"
 )
 
 // module returns a minimal module whose _start has the given body (the
@@ -34,23 +34,6 @@ var (
 	modTrap   = module(0x00)                         // unreachable
 	modLoop   = module(0x03, 0x40, 0x0c, 0x00, 0x0b) // loop br 0 end
 )
-
-type buffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *buffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *buffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 func newBackend(t *testing.T, cfg Config) *Backend {
 	t.Helper()
@@ -102,7 +85,7 @@ func TestStartAndStatus(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			var errb buffer
+			var errb backendtest.Buffer
 			p, err := sb.Start(ctx, backends.ProcessSpec{Argv: []string{tc.argv0}, Stderr: &errb})
 			if err != nil {
 				t.Fatal(err)
