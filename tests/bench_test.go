@@ -94,6 +94,34 @@ func benchLatency(b *testing.B, a *api.Action) {
 	b.ReportMetric(float64(g)/float64(f), "ratio")
 }
 
+// throughput runs op in workers goroutines (w is the worker's index) for
+// span and returns the operations per second; the first error fails b.
+func throughput(b *testing.B, workers int, span time.Duration, op func(w int) error) float64 {
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	deadline := time.Now().Add(span)
+	start := time.Now()
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				if err := op(w); err != nil {
+					failed.Store(err)
+					return
+				}
+				n.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	return float64(n.Load()) / time.Since(start).Seconds()
+}
+
 // BenchmarkExecTrueParallel32: 32 concurrent clients, each with a sandbox
 // of its own, doing `exec true`, vs 32 goroutines doing os/exec of true.
 // b.N is ignored: each side runs for the same fixed time.
@@ -106,31 +134,7 @@ func BenchmarkExecTrueParallel32(b *testing.B) {
 	for i := range ids {
 		ids[i] = newSandbox(b, c)
 	}
-	measure := func(op func(w int) error) float64 {
-		var n atomic.Int64
-		var wg sync.WaitGroup
-		var failed atomic.Value
-		deadline := time.Now().Add(span)
-		start := time.Now()
-		for w := 0; w < workers; w++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for time.Now().Before(deadline) {
-					if err := op(w); err != nil {
-						failed.Store(err)
-						return
-					}
-					n.Add(1)
-				}
-			}()
-		}
-		wg.Wait()
-		if err, _ := failed.Load().(error); err != nil {
-			b.Fatal(err)
-		}
-		return float64(n.Load()) / time.Since(start).Seconds()
-	}
+	measure := func(op func(w int) error) float64 { return throughput(b, workers, span, op) }
 	floorOp := func(int) error { return exec.Command("true").Run() }
 	a := api.Exec("true")
 	apiOp := func(w int) error {
@@ -449,32 +453,22 @@ func BenchmarkWasmParallel32(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		c.Upload(ctx, sb.ID, "guest.wasm", bytes.NewReader(g), int64(len(g)), false)
-		c.Upload(ctx, sb.ID, "tiny.wasm", bytes.NewReader(tiny), int64(len(tiny)), false)
+		for name, code := range map[string][]byte{"guest.wasm": g, "tiny.wasm": tiny} {
+			if _, err := c.Upload(ctx, sb.ID, name, bytes.NewReader(code), int64(len(code)), false); err != nil {
+				b.Fatal(err)
+			}
+		}
 		wasmIDs = append(wasmIDs, sb.ID)
 		procIDs = append(procIDs, newSandbox(b, c))
 	}
 	rate := func(ids []string, argv ...string) float64 {
-		var n atomic.Int64
-		var wg sync.WaitGroup
-		deadline := time.Now().Add(span)
-		start := time.Now()
-		for w := 0; w < workers; w++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for time.Now().Before(deadline) {
-					o, err := c.Exec(ctx, ids[w], argv...)
-					if err != nil || o.ExitCode == nil || *o.ExitCode != 0 {
-						b.Errorf("%v: %+v %v", argv, o, err)
-						return
-					}
-					n.Add(1)
-				}
-			}()
-		}
-		wg.Wait()
-		return float64(n.Load()) / time.Since(start).Seconds()
+		return throughput(b, workers, span, func(w int) error {
+			o, err := c.Exec(ctx, ids[w], argv...)
+			if err == nil && (o.ExitCode == nil || *o.ExitCode != 0) {
+				err = fmt.Errorf("%v: %+v", argv, o)
+			}
+			return err
+		})
 	}
 	c.Exec(ctx, wasmIDs[0], "guest.wasm") // compile once, outside the timing
 	c.Exec(ctx, wasmIDs[0], "tiny.wasm")
