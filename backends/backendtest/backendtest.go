@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"regexp"
 	"strconv"
 	"strings"
@@ -1222,9 +1223,19 @@ func (s *suite) testUserIsolation(t *testing.T) {
 func (s *suite) testFSRoundTrip(t *testing.T) {
 	_, sb, _ := s.sandbox(t)
 	fsys := sb.FS()
+	// Rel of a relative path is the path below the workdir, wherever
+	// the workdir is below Root.
 	rel, err := fsys.Rel("dir/from-daemon.txt")
-	if err != nil || rel != "dir/from-daemon.txt" {
+	if err != nil || !strings.HasSuffix("/"+rel, "/dir/from-daemon.txt") {
 		t.Fatalf("Rel: %q %v", rel, err)
+	}
+	if want := path.Join(sb.Workdir(), "dir/from-daemon.txt"); fsys.Path(rel) != want {
+		t.Fatalf("Path(Rel(dir/from-daemon.txt)) = %q, want %q", fsys.Path(rel), want)
+	}
+	dir := path.Dir(rel)
+	fromSandbox, err := fsys.Rel("dir/from-sandbox.txt")
+	if err != nil {
+		t.Fatal(err)
 	}
 	if got, err := fsys.Rel(fsys.Path(rel)); err != nil || got != rel {
 		t.Fatalf("Rel(Path(%q)) = %q, %v", rel, got, err)
@@ -1234,7 +1245,7 @@ func (s *suite) testFSRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer root.Close()
-	if err := root.MkdirAll("dir", 0o755); err != nil {
+	if err := root.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	f, err := root.Create(rel)
@@ -1247,7 +1258,7 @@ func (s *suite) testFSRoundTrip(t *testing.T) {
 		if err := f.Chown(uid, gid); err != nil {
 			t.Fatal(err)
 		}
-		if err := root.Lchown("dir", uid, gid); err != nil {
+		if err := root.Lchown(dir, uid, gid); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -1259,7 +1270,7 @@ func (s *suite) testFSRoundTrip(t *testing.T) {
 	// its own in the directory the daemon made.
 	MustExec(t, sb, s.progs.Append(fsys.Path(rel), "appended\n")...)
 	MustExec(t, sb, s.progs.Append("dir/from-sandbox.txt", "from the sandbox\n")...)
-	for name, want := range map[string]string{rel: "written by the daemon\nappended\n", "dir/from-sandbox.txt": "from the sandbox\n"} {
+	for name, want := range map[string]string{rel: "written by the daemon\nappended\n", fromSandbox: "from the sandbox\n"} {
 		b, err := root.ReadFile(name)
 		if err != nil || string(b) != want {
 			t.Errorf("%s through FS: %q %v, want %q", name, b, err, want)
@@ -1272,9 +1283,22 @@ func (s *suite) testFSRoundTrip(t *testing.T) {
 func (s *suite) testFSConfined(t *testing.T) {
 	_, sb, _ := s.sandbox(t)
 	fsys := sb.FS()
-	for _, p := range []string{"..", "../x", "a/../../x", "/etc/passwd", fsys.Path(".") + "/../x"} {
-		if _, err := fsys.Rel(p); !errors.Is(err, api.ErrPermissionDenied) {
+	// What is outside the view (Path(".")) is refused; a backend whose
+	// view is the whole container (/) has no outside.
+	view := fsys.Path(".")
+	for _, p := range []string{"..", "../x", "a/../../x", "/etc/passwd", view + "/../x"} {
+		abs := p
+		if !path.IsAbs(abs) {
+			abs = path.Join(sb.Workdir(), p)
+		}
+		abs = path.Clean(abs)
+		inside := view == "/" || abs == view || strings.HasPrefix(abs, view+"/")
+		rel, err := fsys.Rel(p)
+		switch {
+		case !inside && !errors.Is(err, api.ErrPermissionDenied):
 			t.Errorf("Rel(%q): %v, want permission denied", p, err)
+		case inside && (err != nil || fsys.Path(rel) != abs):
+			t.Errorf("Rel(%q) = %q, %v; want the path of %s", p, rel, err, abs)
 		}
 	}
 	root, err := fsys.Root()
@@ -1290,14 +1314,22 @@ func (s *suite) testFSConfined(t *testing.T) {
 		if s.progs.Symlink == nil {
 			// os.Root.Symlink stores any target, as a program in the
 			// sandbox would: links are confined where they are followed.
-			if err := root.Symlink(l.target, l.link); err != nil {
+			link, err := fsys.Rel(l.link)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := root.Symlink(l.target, link); err != nil {
 				t.Fatalf("plant %s -> %s through FS: %v", l.link, l.target, err)
 			}
 			continue
 		}
 		MustExec(t, sb, s.progs.Symlink(l.target, l.link)...)
 	}
-	for _, p := range []string{"out/passwd", "up/etc/passwd", "chain/passwd"} {
+	for _, name := range []string{"out/passwd", "up/etc/passwd", "chain/passwd"} {
+		p, err := fsys.Rel(name)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if f, err := root.Open(p); err == nil {
 			f.Close()
 			t.Errorf("Open(%q) through a planted link succeeded", p)

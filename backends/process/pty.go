@@ -5,14 +5,9 @@ import (
 	"os"
 	"strconv"
 
-	"golang.org/x/sys/unix"
-)
+	"github.com/sandboxd/sandboxd/backends"
 
-// Terminal size given to TTY processes: wide, so tools do not wrap lines the
-// agent will read as one.
-const (
-	ttyCols = 250
-	ttyRows = 50
+	"golang.org/x/sys/unix"
 )
 
 // openPTY opens a new pseudo-terminal pair. The master is non-blocking so
@@ -37,28 +32,11 @@ func openPTY() (master, slave *os.File, err error) {
 		unix.Close(mfd)
 		return nil, nil, fmt.Errorf("open %s: %w", name, err)
 	}
-	ws := &unix.Winsize{Row: ttyRows, Col: ttyCols}
+	ws := &unix.Winsize{Row: backends.TTYRows, Col: backends.TTYCols}
 	if err := unix.IoctlSetWinsize(sfd, unix.TIOCSWINSZ, ws); err != nil {
 		unix.Close(mfd)
 		unix.Close(sfd)
 		return nil, nil, fmt.Errorf("set pty size: %w", err)
 	}
 	return os.NewFile(uintptr(mfd), "ptmx"), os.NewFile(uintptr(sfd), name), nil
-}
-
-// quiet turns off echo and output CR-LF translation. On Linux the termios
-// ioctls on a master apply to its slave.
-func quiet(fd int) error {
-	t, err := unix.IoctlGetTermios(fd, unix.TCGETS)
-	if err != nil {
-		return err
-	}
-	want := *t
-	want.Lflag &^= unix.ECHO | unix.ECHOE | unix.ECHOK | unix.ECHONL | unix.ECHOCTL
-	want.Oflag &^= unix.ONLCR
-	want.Iflag |= unix.IUTF8
-	if want == *t {
-		return nil
-	}
-	return unix.IoctlSetTermios(fd, unix.TCSETS, &want)
 }

@@ -109,7 +109,7 @@ func (s *sandbox) Start(ctx context.Context, ps backends.ProcessSpec) (backends.
 		if err != nil {
 			return nil, err
 		}
-		if err := withFD(master, quiet); err != nil {
+		if err := withFD(master, backends.QuietTerminal); err != nil {
 			master.Close()
 			slave.Close()
 			return nil, fmt.Errorf("set up terminal: %w", err)
@@ -605,7 +605,7 @@ func (p *proc) Quiet() error {
 	if p.tty == nil {
 		return nil
 	}
-	return withFD(p.tty, quiet)
+	return withFD(p.tty, backends.QuietTerminal)
 }
 
 // withFD runs fn on f's descriptor without f.Fd(), which would switch a
