@@ -147,6 +147,31 @@ type Terminal interface {
 	Quiet() error
 }
 
+// Reattacher is implemented by sandboxes whose terminal processes outlive
+// the daemon (the containerd backend's: their shells keep running while
+// the daemon restarts).
+type Reattacher interface {
+	// Reattach attaches to the terminal process that Handle named before
+	// the daemon restarted; from now on its output goes to stdout (as
+	// ProcessSpec.Stdout). A process that is gone is an error wrapping
+	// api.ErrNotFound.
+	Reattach(ctx context.Context, handle string, stdout io.Writer) (Process, error)
+}
+
+// Handled is implemented by processes a later daemon can re-attach to.
+type Handled interface {
+	// Handle names the process for Reattacher.Reattach; "" if it cannot
+	// be re-attached to.
+	Handle() string
+}
+
+// InputWaiter is implemented by terminal processes that can tell whether
+// their program sits waiting for terminal input (a shell at its prompt),
+// which is how a re-attached shell is known to be idle.
+type InputWaiter interface {
+	WaitingForInput() bool
+}
+
 // ExitStatus is how a process ended.
 type ExitStatus struct {
 	// Code is the exit code, or 128+N when killed by signal N.

@@ -46,6 +46,28 @@ type Config struct {
 	Exec    ExecConfig    `toml:"exec"`
 	Files   FilesConfig   `toml:"files"`
 	Wasm    WasmConfig    `toml:"wasm"`
+
+	Containerd ContainerdConfig `toml:"containerd"`
+}
+
+// ContainerdConfig configures the containerd backend.
+type ContainerdConfig struct {
+	// Enabled turns the backend off when false (it is then listed as
+	// unavailable, saying so).
+	Enabled bool `toml:"enabled"`
+	// Socket is containerd's gRPC socket.
+	Socket string `toml:"socket"`
+	// Namespace is the containerd namespace sandboxd's containers,
+	// images and snapshots live in.
+	Namespace string `toml:"namespace"`
+	// Runtime is the containerd runtime (shim) of sandbox containers.
+	Runtime string `toml:"runtime"`
+	// Snapshotter unpacks images; "" is containerd's default.
+	Snapshotter string `toml:"snapshotter"`
+	// Helper is the sandboxd binary mounted into containers as their init;
+	// "" is the daemon's own executable. Images other than "host" need a
+	// statically linked one.
+	Helper string `toml:"helper"`
 }
 
 // WasmConfig configures the wasm backend.
@@ -178,6 +200,12 @@ func DefaultConfig() Config {
 		Bash: BashConfig{DefaultTimeout: Duration(30 * time.Second), MaxOutputChars: 30000},
 		Exec: ExecConfig{DefaultTimeout: Duration(60 * time.Second), MaxStreamBytes: 1 << 20},
 		Wasm: WasmConfig{MaxModuleBytes: 256 << 20, MaxCompiled: 32},
+		Containerd: ContainerdConfig{
+			Enabled:   true,
+			Socket:    "/run/containerd/containerd.sock",
+			Namespace: "sandboxd",
+			Runtime:   "io.containerd.runc.v2",
+		},
 		Files: FilesConfig{
 			MaxReadBytes:       256 << 10,
 			MaxEditBytes:       32 << 20,

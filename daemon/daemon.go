@@ -23,6 +23,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/backends"
+	"github.com/sandboxd/sandboxd/backends/containerd"
 	"github.com/sandboxd/sandboxd/backends/process"
 	"github.com/sandboxd/sandboxd/backends/wasm"
 	"github.com/sandboxd/sandboxd/executors/bash"
@@ -149,7 +150,23 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 		return fail(err)
 	}
 	d.addBackend(pb)
-	d.addBackend(missing{api.BackendContainerd, "the containerd backend is not part of this version of sandboxd yet"})
+	if !cfg.Containerd.Enabled {
+		d.addBackend(missing{api.BackendContainerd, "the containerd backend is turned off in the configuration (containerd.enabled)"})
+	} else {
+		cb, err := containerd.New(containerd.Config{
+			Socket:      cfg.Containerd.Socket,
+			Namespace:   cfg.Containerd.Namespace,
+			Runtime:     cfg.Containerd.Runtime,
+			Snapshotter: cfg.Containerd.Snapshotter,
+			Helper:      cfg.Containerd.Helper,
+			Owner:       cfg.StateDir,
+			Logger:      log.With("backend", "containerd"),
+		})
+		if err != nil {
+			return fail(err)
+		}
+		d.addBackend(cb)
+	}
 	wb, err := wasm.New(wasm.Config{
 		WorkspaceRoot:  filepath.Join(cfg.StateDir, "wasm"),
 		CacheDir:       filepath.Join(cfg.StateDir, "cache", "wasm"),

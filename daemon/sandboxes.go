@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -33,6 +34,9 @@ type meta struct {
 	// Sessions are the bash sessions used so far, so that after a restart
 	// their first command can say the shell is a new one.
 	Sessions []string `json:"sessions,omitempty"`
+	// Shells are the sessions whose shells outlive the daemon (containerd
+	// sandboxes): the next daemon re-attaches to them.
+	Shells []bash.SessionInfo `json:"shells,omitempty"`
 }
 
 const (
@@ -280,7 +284,16 @@ func (m *manager) open(be backends.Backend, dir string, md meta, bsb backends.Sa
 		calls: map[string]*call{}, lastActive: time.Now(),
 	}
 	if bsb != nil {
-		s.bash = bash.New(bsb, m.d.bashConfig())
+		bc := m.d.bashConfig()
+		bc.Persist = func(infos []bash.SessionInfo) {
+			s.mu.Lock()
+			s.meta.Shells = infos
+			s.mu.Unlock()
+			if err := s.saveMeta(); err != nil {
+				m.d.log.Warn("record bash sessions", "sandbox", s.id, "err", err)
+			}
+		}
+		s.bash = bash.New(bsb, bc)
 		s.exec = execx.New(bsb, m.d.execConfig())
 		s.file = filex.New(bsb.FS(), m.d.fileConfig())
 	}
@@ -362,11 +375,9 @@ func (m *manager) recover(ctx context.Context) error {
 				}
 				continue
 			}
-			if err := s.settlePending(); err != nil {
+			resumed := s.reattach(ctx, md)
+			if err := s.settlePending(resumed); err != nil {
 				m.d.log.Error("record lost actions", "sandbox", s.id, "err", err)
-			}
-			if s.bash != nil {
-				s.bash.MarkLost(md.Sessions)
 			}
 			_ = s.saveMeta()
 			m.mu.Lock()
@@ -385,8 +396,13 @@ func (m *manager) recover(ctx context.Context) error {
 // settlePending records an observation for every action the previous run
 // left without one: it may or may not have had its effect, and it will not
 // run again.
-func (s *sandbox) settlePending() error {
-	pending := s.log.Pending()
+func (s *sandbox) settlePending(skip map[int64]bool) error {
+	var pending []int64
+	for _, seq := range s.log.Pending() {
+		if !skip[seq] {
+			pending = append(pending, seq)
+		}
+	}
 	for _, seq := range pending {
 		kind := ""
 		if raw, err := s.log.Event(seq); err == nil {
@@ -407,6 +423,105 @@ func (s *sandbox) settlePending() error {
 		return nil
 	}
 	return s.log.Sync()
+}
+
+// reattach re-attaches to the bash sessions whose shells outlived the
+// previous daemon, and resumes the run and interrupt actions that were in
+// flight in them: their observations are recorded when their commands
+// end. It returns the resumed actions' seqs; the other sessions are
+// marked lost.
+func (s *sandbox) reattach(ctx context.Context, md meta) map[int64]bool {
+	if s.bash == nil {
+		return nil
+	}
+	type inflight struct {
+		seq int64
+		a   *api.Action
+	}
+	var pending []inflight
+	running := map[string]bool{}
+	for _, seq := range s.log.Pending() {
+		raw, err := s.log.Event(seq)
+		if err != nil {
+			continue
+		}
+		var ev api.Event
+		if json.Unmarshal(raw, &ev) != nil || ev.Action == nil {
+			continue
+		}
+		if k := ev.Action.Kind; k == api.KindRun || k == api.KindInterrupt {
+			pending = append(pending, inflight{seq, ev.Action})
+			running[ev.Action.SessionName()] = true
+		}
+	}
+	s.bash.Reattach(ctx, md.Shells, running)
+	live := map[string]bool{}
+	for _, n := range s.bash.Sessions() {
+		live[n] = true
+	}
+	var lost []string
+	for _, n := range md.Sessions {
+		if !live[n] {
+			lost = append(lost, n)
+		}
+	}
+	s.bash.MarkLost(lost)
+	resumed := map[int64]bool{}
+	for _, p := range pending {
+		if !live[p.a.SessionName()] {
+			continue
+		}
+		resumed[p.seq] = true
+		s.mu.Lock()
+		s.active++
+		s.mu.Unlock()
+		s.m.active.Add(1)
+		go s.resume(p.seq, p.a)
+	}
+	return resumed
+}
+
+// resume records the observation of an action a previous daemon started in
+// a shell that outlived it, once its command ends: what that daemon had
+// recorded of its output, then the rest.
+func (s *sandbox) resume(seq int64, a *api.Action) {
+	defer func() {
+		s.mu.Lock()
+		s.active--
+		s.lastActive = time.Now()
+		s.mu.Unlock()
+		s.m.active.Add(-1)
+	}()
+	var before strings.Builder
+	if _, err := s.log.Output(seq, api.StreamPTY, &before); err != nil {
+		s.m.d.log.Warn("read output recorded before the restart", "sandbox", s.id, "seq", seq, "err", err)
+	}
+	sink := &actionSink{log: s.log, cause: seq, limit: s.meta.Sandbox.Limits.OutputBytes}
+	ctx, cancel := untilClosed(s.gone, s.m.d.abort)
+	obs, ok := s.bash.Resume(ctx, a.SessionName(), a.Kind, sink)
+	cancel()
+	sink.detach()
+	if !ok {
+		obs = api.Observation{Lost: true, Note: "the daemon restarted while this action ran and its session could not be re-attached to"}
+	}
+	obs.Kind, obs.Cause = a.Kind, seq
+	obs.Output = capOutput(before.String()+obs.Output, s.m.d.cfg.Bash.MaxOutputChars)
+	obs.Note = executors.JoinNotes("the daemon restarted while this command ran; the shell kept running and was re-attached to", obs.Note)
+	if _, err := s.log.Append(&api.Event{Type: api.EventObservation, Cause: seq, Observation: &obs}); err != nil {
+		s.m.d.log.Error("record a resumed observation", "sandbox", s.id, "seq", seq, "err", err)
+		return
+	}
+	if err := s.log.Sync(); err != nil {
+		s.m.d.log.Error("record a resumed observation", "sandbox", s.id, "seq", seq, "err", err)
+	}
+}
+
+// capOutput keeps the first and last max/2 characters of out, with a
+// marker line between, as a run observation does.
+func capOutput(out string, max int) string {
+	c := executors.Capture{Limit: max / 2, Runes: true}
+	c.Write([]byte(out))
+	return c.String()
 }
 
 // view returns the API view of the sandbox.
@@ -721,7 +836,9 @@ func (m *manager) closeAll(ctx context.Context) {
 			s.mu.Unlock()
 			close(s.gone)
 			if s.bash != nil {
-				_ = s.bash.Close(ctx)
+				// Shells that outlive the daemon keep running, for the
+				// next daemon to re-attach to.
+				_ = s.bash.Detach(ctx)
 			}
 			if s.sb != nil {
 				if err := s.sb.Close(ctx); err != nil {

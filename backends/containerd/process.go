@@ -134,8 +134,10 @@ func (s *sandbox) Start(ctx context.Context, ps backends.ProcessSpec) (_ backend
 	s.procs[p] = true
 	s.mu.Unlock()
 	if ps.TTY {
+		// No keeper needed for the terminal's stdin: the shim holds its
+		// FIFO open itself, so the shell sees no EOF when the daemon dies
+		// and a later daemon re-attaches (see Reattach).
 		p.stdin = p.dio.Stdin
-		s.keep(cfg.Stdin, p.pid)
 	} else {
 		go func() {
 			if ps.Stdin != nil {
@@ -169,28 +171,6 @@ func removeFIFOs(cfg cio.Config) error {
 		}
 	}
 	return nil
-}
-
-// keep starts the keeper of a terminal's stdin FIFO (see sbinit).
-func (s *sandbox) keep(fifo string, pid int) {
-	if s.b.helper.self == "" {
-		return
-	}
-	null, err := os.Open(os.DevNull)
-	if err != nil {
-		return
-	}
-	defer null.Close()
-	proc, err := os.StartProcess(s.b.helper.self, []string{s.b.helper.self, sbinit.Arg, sbinit.ModeKeeper, fifo, strconv.Itoa(pid)}, &os.ProcAttr{
-		Files: []*os.File{null, null, null},
-		Env:   []string{},
-		Sys:   &syscall.SysProcAttr{Setsid: true},
-	})
-	if err != nil {
-		s.b.log.Warn("containerd: start stdin keeper; the session will not survive a daemon restart", "err", err)
-		return
-	}
-	go func() { _, _ = proc.Wait() }()
 }
 
 // run pumps the output and waits for the exit in the background.
@@ -370,6 +350,84 @@ func exitStatus(st client.ExitStatus) backends.ExitStatus {
 		es.Signal = syscall.Signal(code - 128)
 	}
 	return es
+}
+
+// Handle implements backends.Handled: terminals can be re-attached to.
+func (p *proc) Handle() string {
+	if !p.tty {
+		return ""
+	}
+	return p.id
+}
+
+// WaitingForInput implements backends.InputWaiter: the program is blocked
+// in read(2) on its terminal (fd 0) and is its terminal's foreground.
+func (p *proc) WaitingForInput() bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/syscall", p.pid))
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b))
+	return len(f) >= 2 && f[0] == strconv.Itoa(unix.SYS_READ) && f[1] == "0x0" &&
+		foregroundOf(p.pid) == statField(p.pid, 5)
+}
+
+// Reattach implements backends.Reattacher.
+func (s *sandbox) Reattach(ctx context.Context, handle string, stdout io.Writer) (_ backends.Process, err error) {
+	if !strings.HasPrefix(handle, "t") {
+		return nil, api.Errorf(api.ErrNotFound, "%q names no terminal of this sandbox", handle)
+	}
+	if !s.alive() {
+		return nil, errGone
+	}
+	p := &proc{s: s, id: handle, tty: true, pidfd: -1, done: make(chan struct{}), oom0: s.oomKills()}
+	cp, err := s.task.LoadProcess(ctx, handle, func(f *cio.FIFOSet) (cio.IO, error) {
+		if f == nil || f.Stdin == "" || f.Stdout == "" || filepath.Dir(f.Stdin) != s.l.fifos() || filepath.Dir(f.Stdout) != s.l.fifos() {
+			return nil, errors.New("the process has no terminal FIFOs of this sandbox")
+		}
+		p.fifos = cio.NewFIFOSet(f.Config, func() error { return removeFIFOs(f.Config) })
+		p.dio, err = cio.NewDirectIO(context.Background(), p.fifos)
+		return p.dio, err
+	})
+	if err != nil {
+		if p.dio != nil {
+			p.dio.Cancel()
+			_ = p.dio.Close()
+		}
+		if errdefs.IsNotFound(err) {
+			return nil, api.Errorf(api.ErrNotFound, "terminal %s is gone", handle)
+		}
+		return nil, s.b.classify("re-attach to terminal "+handle, err)
+	}
+	p.cp = cp
+	defer func() {
+		if err != nil {
+			p.dio.Cancel()
+			_ = p.dio.Close()
+			_, _ = cp.Delete(context.WithoutCancel(ctx), client.WithProcessKill)
+		}
+	}()
+	st, err := cp.Status(ctx)
+	if err != nil || st.Status != client.Running {
+		return nil, api.Errorf(api.ErrNotFound, "terminal %s is no longer running", handle)
+	}
+	waitCtx, cancel := context.WithCancel(context.Background())
+	p.cancelWait = cancel
+	exitCh, err := cp.Wait(waitCtx)
+	if err != nil {
+		cancel()
+		return nil, s.b.classify("wait for terminal "+handle, err)
+	}
+	p.pid = int(cp.Pid())
+	if fd, err := unix.PidfdOpen(p.pid, 0); err == nil {
+		p.pidfd = fd
+	}
+	s.mu.Lock()
+	s.procs[p] = true
+	s.mu.Unlock()
+	p.stdin = p.dio.Stdin
+	p.run(exitCh, stdout, nil)
+	return p, nil
 }
 
 // Stdin implements backends.Process.

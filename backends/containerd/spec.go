@@ -48,19 +48,18 @@ const (
 // helperInfo is the program bind-mounted as the containers' init.
 type helperInfo struct {
 	path   string
-	static bool   // runs in any image, not just "host"
-	self   string // this executable, which runs the stdin keepers on the host
+	static bool // runs in any image, not just "host"
 }
 
 func findHelper(p string) (helperInfo, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return helperInfo{}, fmt.Errorf("containerd backend: find own executable: %w", err)
-	}
 	if p == "" {
-		p = self
+		exe, err := os.Executable()
+		if err != nil {
+			return helperInfo{}, fmt.Errorf("containerd backend: find own executable: %w", err)
+		}
+		p = exe
 	}
-	p, err = filepath.EvalSymlinks(p)
+	p, err := filepath.EvalSymlinks(p)
 	if err != nil {
 		return helperInfo{}, fmt.Errorf("containerd backend: helper: %w", err)
 	}
@@ -75,7 +74,7 @@ func findHelper(p string) (helperInfo, error) {
 			static = false
 		}
 	}
-	return helperInfo{path: p, static: static, self: self}, nil
+	return helperInfo{path: p, static: static}, nil
 }
 
 // hostLinks are the top-level entries of the host image taken from the

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/sandboxd/sandboxd/backends/containerd/sbinit"
 	"github.com/sandboxd/sandboxd/client"
 )
 
@@ -35,6 +36,8 @@ $SANDBOXD_TOKEN, --token-file, or the daemon's state directory.
 `
 
 func main() {
+	// The binary is also the containers' init and exec wrapper.
+	sbinit.Main(os.Args)
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 

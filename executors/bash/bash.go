@@ -46,6 +46,18 @@ type Config struct {
 	// StartTimeout bounds how long a new shell may take to be ready.
 	StartTimeout time.Duration
 	Logger       *slog.Logger
+	// Persist, if set, is called with every session that can be
+	// re-attached to after a daemon restart, whenever one starts or ends,
+	// so the daemon can record them (see Reattach).
+	Persist func([]SessionInfo)
+}
+
+// SessionInfo is what a later daemon needs to re-attach to a session's
+// shell: the backend's handle of its terminal and the marker nonce.
+type SessionInfo struct {
+	Name   string `json:"name"`
+	Handle string `json:"handle"`
+	Nonce  string `json:"nonce"`
 }
 
 // DefaultConfig returns the defaults of the API.
@@ -96,6 +108,128 @@ func (e *Executor) MarkLost(names []string) {
 	for _, n := range names {
 		e.lost[n] = true
 	}
+}
+
+// persist reports the re-attachable sessions to Config.Persist.
+func (e *Executor) persist() {
+	if e.cfg.Persist == nil {
+		return
+	}
+	e.mu.Lock()
+	infos := make([]SessionInfo, 0, len(e.sessions))
+	for name, s := range e.sessions {
+		if s.handle != "" {
+			infos = append(infos, SessionInfo{Name: name, Handle: s.handle, Nonce: s.nonce})
+		}
+	}
+	e.mu.Unlock()
+	e.cfg.Persist(infos)
+}
+
+// Reattach re-attaches, after a daemon restart, to the shells of sessions
+// a previous daemon recorded through Config.Persist. running names the
+// sessions in which an action was in flight when that daemon stopped:
+// their command is taken to be running still (Resume answers it). A
+// session whose shell cannot be re-attached to is marked lost.
+func (e *Executor) Reattach(ctx context.Context, infos []SessionInfo, running map[string]bool) {
+	r, ok := e.sb.(backends.Reattacher)
+	for _, info := range infos {
+		if !ok || info.Handle == "" || info.Nonce == "" {
+			e.MarkLost([]string{info.Name})
+			continue
+		}
+		s := e.emptySession(info.Name, info.Nonce)
+		s.handle = info.Handle
+		s.running = running[info.Name]
+		s.reattached = true
+		p, err := r.Reattach(ctx, info.Handle, s)
+		if err != nil {
+			e.log.Info("bash session not re-attached", "session", info.Name, "err", err)
+			e.MarkLost([]string{info.Name})
+			continue
+		}
+		s.proc = p
+		s.term, _ = p.(backends.Terminal)
+		go s.watch()
+		e.mu.Lock()
+		e.sessions[info.Name] = s
+		e.mu.Unlock()
+	}
+	e.persist()
+}
+
+// Resume waits for the command that was running in session name when the
+// previous daemon stopped (see Reattach) and answers its observation, as
+// the action that started it would have. ok is false if the session was
+// not re-attached. If the shell turns out to be idle at its prompt with no
+// marker seen (the previous daemon read the marker but died before
+// recording it), the observation says the exit code is unknown.
+func (e *Executor) Resume(ctx context.Context, name, kind string, out executors.OutputSink) (obs api.Observation, ok bool) {
+	s, _ := e.existing(name)
+	if s == nil {
+		return api.Observation{}, false
+	}
+	tick := time.NewTicker(resumeCheck)
+	defer tick.Stop()
+	s.mu.Lock()
+	s.cmdSink = out
+	for s.running && !s.ended {
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		case <-tick.C:
+			// Still running, unless the shell sits at its prompt: then
+			// the command ended with a marker this daemon never saw.
+			if w, ok := s.proc.(backends.InputWaiter); ok && w.WaitingForInput() {
+				s.mu.Lock()
+				if s.running && !s.ended {
+					s.running = false
+					s.unknownExit = true
+				}
+				s.mu.Unlock()
+			}
+		}
+		s.mu.Lock()
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	obs = s.observation(kind)
+	s.cmdSink = nil
+	if s.unknownExit && !obs.Running {
+		obs.ExitCode = nil
+		obs.Note = executors.JoinNotes(obs.Note, "the command ended while the daemon restarted; its exit code is unknown")
+		s.unknownExit = false
+	}
+	s.mu.Unlock()
+	return obs, true
+}
+
+// resumeCheck is how often Resume looks whether a re-attached shell went
+// idle without a marker.
+const resumeCheck = 500 * time.Millisecond
+
+// Detach lets go of the sessions when the daemon stops: shells that a
+// later daemon can re-attach to keep running (the backend's Close lets go
+// of their terminals); the others are killed.
+func (e *Executor) Detach(ctx context.Context) error {
+	e.mu.Lock()
+	e.closed = true
+	ss := make([]*session, 0, len(e.sessions))
+	for _, s := range e.sessions {
+		if s.handle == "" {
+			ss = append(ss, s)
+		}
+	}
+	e.sessions = map[string]*session{}
+	e.mu.Unlock()
+	var errs error
+	for _, s := range ss {
+		errs = errors.Join(errs, s.kill(ctx))
+	}
+	return errs
 }
 
 // Sessions lists the names of the live sessions.
@@ -207,10 +341,14 @@ func (e *Executor) existing(name string) (*session, bool) {
 
 func (e *Executor) drop(name string, s *session) {
 	e.mu.Lock()
-	if e.sessions[name] == s {
+	dropped := e.sessions[name] == s
+	if dropped {
 		delete(e.sessions, name)
 	}
 	e.mu.Unlock()
+	if dropped && s.handle != "" {
+		e.persist()
+	}
 }
 
 func (e *Executor) takeLostNote(name string) string {
@@ -257,6 +395,9 @@ func (e *Executor) start(ctx context.Context, name string) (*session, string, er
 			if err != nil {
 				return nil, "", err
 			}
+			if s.handle != "" {
+				e.persist()
+			}
 			return s, e.takeLostNote(name), nil
 		}
 		e.mu.Unlock()
@@ -285,16 +426,22 @@ func initScript(nonce string) string {
 		` __sbx_n=` + nonce + `; PS1=; PS2=; PROMPT_COMMAND=__sbx_p; unset HISTFILE; set +o history; __sbx_m=1` + "\n"
 }
 
-func (e *Executor) newSession(ctx context.Context, name string) (*session, error) {
-	s := &session{
+// emptySession returns a session without a shell yet.
+func (e *Executor) emptySession(name, nonce string) *session {
+	return &session{
 		name:    name,
 		log:     e.log,
 		changed: make(chan struct{}),
 		out:     &executors.Capture{Limit: e.cfg.MaxOutputChars / 2, Runes: true},
 		idle:    &executors.Capture{Limit: e.cfg.MaxOutputChars / 2, Runes: true},
+		nonce:   nonce,
+		parser:  newMarkerParser(nonce),
 	}
+}
+
+func (e *Executor) newSession(ctx context.Context, name string) (*session, error) {
 	nonce := newNonce()
-	s.parser = newMarkerParser(nonce)
+	s := e.emptySession(name, nonce)
 	s.starting = true
 	p, err := e.sb.Start(ctx, backends.ProcessSpec{Argv: e.cfg.Shell, TTY: true, Stdout: s})
 	if err != nil {
@@ -302,6 +449,9 @@ func (e *Executor) newSession(ctx context.Context, name string) (*session, error
 	}
 	s.proc = p
 	s.term, _ = p.(backends.Terminal)
+	if h, ok := p.(backends.Handled); ok {
+		s.handle = h.Handle()
+	}
 	go s.watch()
 	if _, err := p.Stdin().Write([]byte(initScript(nonce))); err != nil {
 		s.kill(context.Background())
@@ -338,6 +488,8 @@ type session struct {
 	proc   backends.Process
 	term   backends.Terminal // nil if the backend gives no terminal control
 	parser *markerParser
+	nonce  string
+	handle string // the backend's handle for re-attaching, "" if none
 
 	mu       sync.Mutex
 	changed  chan struct{} // closed and replaced when a command completes or the shell ends
@@ -355,6 +507,9 @@ type session struct {
 	ended    bool
 	endCode  int
 	hard     *time.Timer
+
+	reattached  bool // a later daemon's session: the shell predates it
+	unknownExit bool // the command ended unseen (see Executor.Resume)
 }
 
 // Write receives the terminal's output (the backend calls it from one

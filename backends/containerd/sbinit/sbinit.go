@@ -1,11 +1,9 @@
 // Package sbinit holds the small helper programs the containerd backend
 // needs, built into the sandboxd binary itself so that nothing extra has to
 // be installed: the container's init (PID 1: reaps orphans, exits on
-// SIGTERM), the exec wrapper (makes every started process a child
+// SIGTERM) and the exec wrapper (makes every started process a child
 // subreaper, so that the daemon can find and kill everything it started,
-// double forks included), and the stdin keeper (holds a bash session's
-// stdin FIFO open on the host while the daemon is down, so the shell
-// survives a daemon restart).
+// double forks included).
 //
 // It imports only the standard library and x/sys: the helpers start in a
 // millisecond and must run inside any image when the binary is static.
@@ -16,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -28,9 +25,8 @@ const Arg = "__sandboxd-helper"
 
 // Modes.
 const (
-	ModeInit   = "init"
-	ModeExec   = "exec"
-	ModeKeeper = "keeper"
+	ModeInit = "init"
+	ModeExec = "exec"
 )
 
 // ExitNotFound and ExitNotExecutable are the exec wrapper's exit codes when
@@ -53,8 +49,6 @@ func Main(args []string) {
 		code = initMain()
 	case ModeExec:
 		code = execMain(args[3:])
-	case ModeKeeper:
-		code = keeperMain(args[3:])
 	default:
 		fmt.Fprintf(os.Stderr, "sandboxd helper: unknown mode %q\n", args[2])
 		code = 2
@@ -105,39 +99,4 @@ func execMain(argv []string) int {
 		return ExitNotFound
 	}
 	return ExitNotExecutable
-}
-
-// keeperMain holds the write end of a FIFO open until its reader is gone
-// (the shim closed it) or the process with host pid PID has exited, so a
-// terminal's stdin does not see EOF when the daemon dies.
-func keeperMain(args []string) int {
-	if len(args) != 2 {
-		fmt.Fprintln(os.Stderr, "sandboxd keeper: want FIFO PID")
-		return 2
-	}
-	pid, err := strconv.Atoi(args[1])
-	if err != nil {
-		return 2
-	}
-	fd, err := unix.Open(args[0], unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return 1
-	}
-	pidfd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		return 1
-	}
-	// The daemon that started us may be gone; signals from the terminal
-	// or its session must not end us early.
-	signal.Ignore(syscall.SIGHUP, syscall.SIGINT, syscall.SIGPIPE)
-	fds := []unix.PollFd{{Fd: int32(fd), Events: 0}, {Fd: int32(pidfd), Events: unix.POLLIN}}
-	for {
-		n, err := unix.Poll(fds, -1)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil || n > 0 && (fds[0].Revents&(unix.POLLERR|unix.POLLHUP|unix.POLLNVAL) != 0 || fds[1].Revents != 0) {
-			return 0
-		}
-	}
 }
