@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -291,6 +292,47 @@ func DecodeConfig(data []byte, c *Config) error {
 	}
 	return err
 }
+
+// SetConfig sets one key of c from a `KEY=VALUE` override (the serve
+// command's --set): KEY is a dotted path as in the file
+// ("containerd.socket"), VALUE a TOML value, or a bare string.
+func SetConfig(c *Config, kv string) error {
+	key, value, ok := strings.Cut(kv, "=")
+	key = strings.TrimSpace(key)
+	if !ok || key == "" {
+		return fmt.Errorf("--set %q: want KEY=VALUE", kv)
+	}
+	parts := strings.Split(key, ".")
+	for _, p := range parts {
+		if !bareKey.MatchString(p) {
+			return fmt.Errorf("--set %q: %q is not a configuration key", kv, key)
+		}
+	}
+	table, leaf := parts[:len(parts)-1], parts[len(parts)-1]
+	doc := func(v string) []byte {
+		var b strings.Builder
+		if len(table) > 0 {
+			b.WriteString("[" + strings.Join(table, ".") + "]\n")
+		}
+		b.WriteString(leaf + " = " + v + "\n")
+		return []byte(b.String())
+	}
+	// A TOML value as it is (numbers, booleans, arrays, quoted strings);
+	// anything else is a string.
+	trial := *c
+	if err := DecodeConfig(doc(value), &trial); err == nil {
+		*c = trial
+		return nil
+	}
+	quoted, _ := toml.Marshal(map[string]string{"v": value})
+	v := strings.TrimSpace(strings.TrimPrefix(string(quoted), "v = "))
+	if err := DecodeConfig(doc(v), c); err != nil {
+		return fmt.Errorf("--set %s: %w", key, err)
+	}
+	return nil
+}
+
+var bareKey = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
 // Validate checks the configuration as a whole.
 func (c *Config) Validate() error {

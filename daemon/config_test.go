@@ -112,3 +112,33 @@ func TestParseListen(t *testing.T) {
 		}
 	}
 }
+
+func TestSetConfig(t *testing.T) {
+	for _, tc := range []struct {
+		kv      string
+		check   func(c Config) bool
+		wantErr string
+	}{
+		{"containerd.socket=/x/y.sock", func(c Config) bool { return c.Containerd.Socket == "/x/y.sock" }, ""},
+		{"containerd.enabled=false", func(c Config) bool { return !c.Containerd.Enabled }, ""},
+		{"limits.default.pids=77", func(c Config) bool { return c.Limits.Default.Pids == 77 }, ""},
+		{"log_level=warn", func(c Config) bool { return c.LogLevel == "warn" }, ""},
+		{`containerd.helper="a b"`, func(c Config) bool { return c.Containerd.Helper == "a b" }, ""},
+		{"containerd.nope=1", nil, "unknown key"},
+		{"limits.default.pids=many", nil, "--set limits.default.pids"},
+		{"novalue", nil, "KEY=VALUE"},
+		{"a]b=1", nil, "not a configuration key"},
+	} {
+		c := DefaultConfig()
+		err := SetConfig(&c, tc.kv)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("SetConfig(%q) = %v, want an error with %q", tc.kv, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || !tc.check(c) {
+			t.Errorf("SetConfig(%q) = %v, config not as asked", tc.kv, err)
+		}
+	}
+}

@@ -20,8 +20,13 @@ import (
 	"github.com/sandboxd/sandboxd/client"
 )
 
-// binary is the sandboxd executable under test, built once by TestMain.
-var binary string
+// binary is the sandboxd executable under test, built once by TestMain;
+// staticHelper is a static build of it, the containers' init.
+var binary, staticHelper string
+
+// e2eNamespace is the containerd namespace of the daemons the tests start:
+// what is left in it at the end is a leak.
+const e2eNamespace = "sandboxd-e2e"
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "sandboxd-e2e-bin-")
@@ -41,6 +46,16 @@ func TestMain(m *testing.M) {
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build sandboxd:", err)
+		os.Exit(1)
+	}
+	// A race-enabled binary is dynamically linked: the containers' init
+	// and exec wrapper is a static build, which runs in any image.
+	staticHelper = filepath.Join(dir, "sandboxd-static")
+	cmd = exec.Command("go", "build", "-o", staticHelper, "github.com/sandboxd/sandboxd/cmd/sandboxd")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build static sandboxd:", err)
 		os.Exit(1)
 	}
 	before := cgroupParents()
@@ -92,12 +107,38 @@ func leftovers(before map[string]bool) []string {
 				}
 			}
 		}
+		leaks = append(leaks, containerdLeftovers()...)
 		if len(leaks) == 0 {
 			return nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	return leaks
+}
+
+// containerdLeftovers lists the containers, tasks and sandbox snapshots
+// left in the tests' containerd namespace (nothing if ctr is missing).
+func containerdLeftovers() []string {
+	var out []string
+	for _, what := range [][]string{{"containers", "ls", "-q"}, {"tasks", "ls", "-q"}, {"snapshots", "ls"}, {"leases", "ls", "-q"}} {
+		b, err := exec.Command("ctr", append([]string{"-n", e2eNamespace}, what...)...).Output()
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			f := strings.Fields(line)
+			if len(f) == 0 || f[0] == "KEY" || f[0] == "TASK" {
+				continue
+			}
+			// Image layers stay with their images; only a sandbox's own
+			// snapshot (named after it) is its leftover.
+			if what[0] == "snapshots" && !strings.HasPrefix(f[0], "sb-") {
+				continue
+			}
+			out = append(out, "containerd "+what[0]+" "+f[0])
+		}
+	}
+	return out
 }
 
 // inCI reports whether missing components must fail tests.
@@ -208,6 +249,8 @@ func (d *daemon) start() {
 		"--listen", "tcp://" + d.tcp,
 		"--token-file", filepath.Join(d.dir, "token"),
 		"--log-level", "debug",
+		"--set", "containerd.helper=" + staticHelper,
+		"--set", "containerd.namespace=" + e2eNamespace,
 	}, d.extra...)
 	d.log = &syncBuffer{}
 	d.cmd = exec.Command(binary, args...)

@@ -33,6 +33,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	configFile := fs.String("config", "", "configuration `FILE` (TOML); default "+defaultConfigFile+" when it exists")
 	logLevel := fs.String("log-level", "", "debug, info, warn or error")
 	insecure := fs.Bool("allow-insecure-listen", false, "allow TCP listeners on non-loopback addresses without TLS")
+	var sets listFlag
+	fs.Var(&sets, "set", "set a configuration `KEY=VALUE` (e.g. containerd.socket=/run/containerd/containerd.sock); repeatable")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
@@ -68,6 +70,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	if *insecure {
 		cfg.AllowInsecureListen = true
+	}
+	for _, kv := range sets {
+		if err := daemon.SetConfig(&cfg, kv); err != nil {
+			return err
+		}
 	}
 	log, err := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
