@@ -61,6 +61,34 @@ type KindLimiter interface {
 	Unsupported(kind string) error
 }
 
+// ImageStore is implemented by backends whose sandboxes are made from
+// images they keep (the containerd backend): the daemon's /v1/images
+// endpoints use it, so the daemon needs no backend's own types. Images are
+// named as api.ImageInfo.Name says; the built-in "host" image is always
+// listed and can be neither imported, pulled nor removed. Errors wrap the
+// api classes: api.ErrUnavailable when the backend's engine is down.
+type ImageStore interface {
+	// Images lists the images sandboxes can be created from, the built-in
+	// ones first.
+	Images(ctx context.Context) ([]api.ImageInfo, error)
+	// ImportImage reads an image archive from r: a `docker save` tar or an
+	// OCI image layout tar (gzip-compressed or not), as it arrives. Its
+	// images are named as the archive names them; name, if not empty,
+	// names the archive's one image (it is an error for an archive of
+	// several). Every image is unpacked before ImportImage returns them.
+	// An archive that is not an image is an error wrapping
+	// api.ErrInvalidArgument; a read error of r is returned as it is.
+	ImportImage(ctx context.Context, r io.Reader, name string) ([]api.ImageInfo, error)
+	// PullImage fetches an image from its registry and unpacks it. A
+	// registry that cannot be reached is an error wrapping
+	// api.ErrUnavailable.
+	PullImage(ctx context.Context, ref string) ([]api.ImageInfo, error)
+	// RemoveImage deletes an image and, once nothing else uses them, its
+	// content and unpacked layers, before it returns. An image a sandbox
+	// still uses is api.ErrConflict; a missing one api.ErrNotFound.
+	RemoveImage(ctx context.Context, name string) error
+}
+
 // Recovered is the outcome of re-adopting one sandbox.
 type Recovered struct {
 	ID      string

@@ -65,7 +65,7 @@ func (b *Backend) create(ctx context.Context, spec backends.Spec) (_ *sandbox, e
 	env["HOSTNAME"] = hostname(spec.ID)
 	var opts []client.NewContainerOpts
 	if !host {
-		img, err := b.client.GetImage(ctx, image)
+		img, err := b.lookupImage(ctx, image)
 		if err != nil {
 			if errdefs.IsNotFound(err) {
 				return nil, api.Errorf(api.ErrNotFound, "image %q is not in containerd's store (namespace %s); import it with `sandboxd image import FILE`", image, b.cfg.Namespace)
