@@ -69,6 +69,9 @@ type ContainerdConfig struct {
 	// "" is the daemon's own executable. Images other than "host" need a
 	// statically linked one.
 	Helper string `toml:"helper"`
+	// MaxImageBytes caps one image upload (POST /v1/images): the bytes of
+	// the archive as sent, compressed or not.
+	MaxImageBytes int64 `toml:"max_image_bytes"`
 }
 
 // WasmConfig configures the wasm backend.
@@ -206,6 +209,8 @@ func DefaultConfig() Config {
 			Socket:    "/run/containerd/containerd.sock",
 			Namespace: "sandboxd",
 			Runtime:   "io.containerd.runc.v2",
+			// 16 GiB, as files.max_transfer_bytes.
+			MaxImageBytes: 16 << 30,
 		},
 		Files: FilesConfig{
 			MaxReadBytes:       256 << 10,
@@ -362,6 +367,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Files.MaxReadBytes < 100 || c.Files.MaxEditBytes < 100 || c.Files.MaxTransferBytes < 1 || c.Files.MaxTransferEntries < 1 {
 		return errors.New("files limits must be positive (max_read_bytes and max_edit_bytes at least 100)")
+	}
+	if c.Containerd.MaxImageBytes < 1 {
+		return errors.New("containerd.max_image_bytes must be positive")
 	}
 	if c.Wasm.MaxModuleBytes < 8 || c.Wasm.MaxCompiled < 1 {
 		return errors.New("wasm.max_module_bytes must be at least 8 and wasm.max_compiled at least 1")

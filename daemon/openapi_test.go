@@ -13,6 +13,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -82,6 +83,15 @@ var openapiRoutes = []openapiRoute{
 	{method: "GET", path: "/v1/info"},
 	{method: "GET", path: "/metrics"},
 	{method: "GET", path: "/v1/sandboxes"},
+	// The images routes answer 503 where containerd is not available, so
+	// they come before a sandbox exists (no status is wanted of them). The
+	// requests change nothing: the archive is no image, the image to pull
+	// is on a host that never resolves (RFC 2606), the image to remove
+	// does not exist.
+	{method: "GET", path: "/v1/images"},
+	{method: "POST", path: "/v1/images", query: "name=sandboxd-openapi:0", body: "not an image archive", contentType: "application/x-tar"},
+	{method: "POST", path: "/v1/images/pull", body: `{"ref":"registry.invalid/sandboxd/openapi:0"}`},
+	{method: "DELETE", path: "/v1/images/{name}"},
 	{method: "POST", path: "/v1/sandboxes", body: `{"labels":{"test":"openapi"}}`},
 	{method: "GET", path: "/v1/sandboxes/{id}", want: 200},
 	{method: "POST", path: "/v1/sandboxes/{id}/actions", body: `{"id":"openapi-1","kind":"exec","argv":["true"]}`, want: 200},
@@ -119,6 +129,7 @@ var openapiNotServed = []openapiRoute{
 	{method: "PUT", path: "/v1/sandboxes/{id}/files/"},
 	{method: "GET", path: "/v1/sandboxes/{id}/events/{seq}"},
 	{method: "GET", path: "/v1/sandboxes/{id}/"},
+	{method: "DELETE", path: "/v1/images/"},
 }
 
 // openapiSpec is what the test reads of the document.
@@ -834,7 +845,7 @@ func (a openapiAnswer) methodRefused() bool {
 }
 
 func openapiURI(r openapiRoute, id string) string {
-	p := strings.NewReplacer("{id}", id, "{seq}", "1").Replace(r.path)
+	p := strings.NewReplacer("{id}", id, "{seq}", "1", "{name}", url.PathEscape("sandboxd-openapi/missing:0")).Replace(r.path)
 	if r.query != "" {
 		p += "?" + r.query
 	}

@@ -148,6 +148,25 @@ func (d *Daemon) handle(ctx *fasthttp.RequestCtx) {
 			onlyMethod(ctx, method, "GET", "POST")
 		}
 		return
+	case "/v1/images":
+		switch method {
+		case "GET":
+			d.listImages(ctx)
+		case "POST":
+			d.importImage(ctx)
+		default:
+			onlyMethod(ctx, method, "GET", "POST")
+		}
+		return
+	case "/v1/images/pull":
+		if onlyMethod(ctx, method, "POST") {
+			d.pullImage(ctx)
+		}
+		return
+	}
+	if strings.HasPrefix(path, "/v1/images/") {
+		d.image(ctx, method)
+		return
 	}
 	rest, ok := strings.CutPrefix(path, "/v1/sandboxes/")
 	if !ok {

@@ -365,7 +365,7 @@ func (b *Backend) importError(ctx context.Context, body *countingReader, err err
 		return api.Errorf(api.ErrResourceExhausted, "import an image: containerd has no space left: %v", errText(err))
 	case errors.Is(err, images.ErrEmptyWalk):
 		return api.Errorf(api.ErrInvalidArgument, "the archive holds no image for this host's platform (%s)", platforms.DefaultString())
-	case errors.Is(err, io.ErrUnexpectedEOF):
+	case errors.Is(err, io.ErrUnexpectedEOF) && body.n >= 1024:
 		return api.Errorf(api.ErrInvalidArgument, "the archive is truncated: it ends in the middle of an entry (%v)", errText(err))
 	case errdefs.IsNotFound(err):
 		return api.Errorf(api.ErrInvalidArgument, "the archive is incomplete: it refers to content it does not hold: %v", errText(err))
