@@ -70,7 +70,8 @@ type ContainerdConfig struct {
 	// statically linked one.
 	Helper string `toml:"helper"`
 	// MaxImageBytes caps one image upload (POST /v1/images): the bytes of
-	// the archive as sent, compressed or not.
+	// the archive as sent, and a compressed archive's bytes once
+	// decompressed.
 	MaxImageBytes int64 `toml:"max_image_bytes"`
 }
 

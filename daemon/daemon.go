@@ -161,6 +161,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 			Helper:      cfg.Containerd.Helper,
 			Owner:       cfg.StateDir,
 			Logger:      log.With("backend", "containerd"),
+			// A compressed archive may not unfold into more than an
+			// uncompressed one may be.
+			MaxImportBytes: cfg.Containerd.MaxImageBytes,
 		})
 		if err != nil {
 			return fail(err)

@@ -58,6 +58,9 @@ type Config struct {
 	// namespace (the daemon's state directory).
 	Owner  string
 	Logger *slog.Logger
+	// MaxImportBytes caps the decompressed size of an imported image
+	// archive (see ImportImage); 0 is no cap.
+	MaxImportBytes int64
 }
 
 // Labels on every container of this backend.

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -33,15 +34,43 @@ import (
 	remoteerrors "github.com/containerd/containerd/v2/core/remotes/errors"
 	"github.com/containerd/containerd/v2/pkg/archive/compression"
 	"github.com/containerd/errdefs"
+	clog "github.com/containerd/log"
 	"github.com/containerd/platforms"
 	"github.com/distribution/reference"
 	digest "github.com/opencontainers/go-digest"
+	"github.com/sirupsen/logrus"
 
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/backends"
 )
 
 var _ backends.ImageStore = (*Backend)(nil)
+
+// quiet sends what containerd's client logs during an image operation
+// (a pull's "fetch failed", for one) to the backend's logger at debug
+// level, rather than to the daemon's stderr in logrus's format.
+func (b *Backend) quiet(ctx context.Context) context.Context {
+	l := logrus.New()
+	l.SetOutput(io.Discard)
+	l.SetLevel(logrus.DebugLevel)
+	l.AddHook(slogHook{b.log})
+	return clog.WithLogger(ctx, logrus.NewEntry(l))
+}
+
+// slogHook forwards logrus entries to slog at debug level.
+type slogHook struct{ log *slog.Logger }
+
+func (slogHook) Levels() []logrus.Level { return logrus.AllLevels }
+
+func (h slogHook) Fire(e *logrus.Entry) error {
+	args := make([]any, 0, 2*len(e.Data)+2)
+	args = append(args, "component", "containerd-client")
+	for k, v := range e.Data {
+		args = append(args, k, v)
+	}
+	h.log.Debug(e.Message, args...)
+	return nil
+}
 
 // ready answers unavailable, saying why, when containerd is not there.
 func (b *Backend) ready(ctx context.Context) error {
@@ -152,6 +181,34 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// unfoldCap bounds a decompressed archive: past max bytes it fails with
+// too_large.
+type unfoldCap struct {
+	r         io.Reader
+	left, max int64
+}
+
+// unfoldError is the error of an unfoldCap, told from the archive's own.
+type unfoldError struct{ err error }
+
+func (e *unfoldError) Error() string { return e.err.Error() }
+
+func (c *unfoldCap) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		var one [1]byte
+		if n, err := c.r.Read(one[:]); n == 0 {
+			return 0, err
+		}
+		return 0, &unfoldError{api.Errorf(api.ErrTooLarge, "the archive decompresses to more than %d bytes (containerd.max_image_bytes)", c.max)}
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	return n, err
+}
+
 // importPrefix names the images of the archive's unnamed manifests while
 // an import decides what to call them; they never outlive the import.
 const importPrefix = "import.sandboxd.invalid/unnamed-"
@@ -180,6 +237,7 @@ func (b *Backend) ImportImage(ctx context.Context, r io.Reader, name string) (_ 
 	if err := b.ready(ctx); err != nil {
 		return nil, err
 	}
+	ctx = b.quiet(ctx)
 	body := &countingReader{r: r}
 	// docker save | gzip, and friends: the archive may be compressed.
 	archive, err := compression.DecompressStream(body)
@@ -190,6 +248,13 @@ func (b *Backend) ImportImage(ctx context.Context, r io.Reader, name string) (_ 
 		return nil, api.Errorf(api.ErrInvalidArgument, "the upload could not be decompressed: %v", err)
 	}
 	defer archive.Close()
+	unfolded := &countingReader{r: archive}
+	var src io.Reader = unfolded
+	if max := b.cfg.MaxImportBytes; max > 0 && archive.GetCompression() != compression.Uncompressed {
+		// A small compressed archive must not fill containerd's disk.
+		src = &countingReader{r: &unfoldCap{r: unfolded, left: max, max: max}}
+		unfolded = src.(*countingReader)
+	}
 
 	// One lease over the import and the unpacking: nothing is collected
 	// half way; the images hold their content afterwards.
@@ -201,13 +266,13 @@ func (b *Backend) ImportImage(ctx context.Context, r io.Reader, name string) (_ 
 
 	tmp := importPrefix + randomHex(6)
 	start := time.Now()
-	imgs, err := b.client.Import(ctx, archive,
+	imgs, err := b.client.Import(ctx, src,
 		client.WithImageRefTranslator(ociRefName),
 		client.WithDigestRef(func(d digest.Digest) string { return tmp + "@" + d.String() }),
 		client.WithSkipDigestRef(func(name string) bool { return name != "" }),
 	)
 	if err != nil {
-		return nil, b.importError(ctx, body, err)
+		return nil, b.importError(ctx, body, unfolded, err)
 	}
 	is := b.client.ImageService()
 	cleanup := context.WithoutCancel(ctx)
@@ -351,10 +416,13 @@ func ociRefName(ref string) string {
 
 // importError classifies a failed import: the body's own failure, then
 // containerd's, then the archive's.
-func (b *Backend) importError(ctx context.Context, body *countingReader, err error) error {
+func (b *Backend) importError(ctx context.Context, body, unfolded *countingReader, err error) error {
+	var capErr *unfoldError
 	switch {
 	case body.err != nil:
 		return body.err
+	case errors.As(unfolded.err, &capErr):
+		return capErr.err
 	case ctx.Err() != nil:
 		return fmt.Errorf("import an image: %w", ctx.Err())
 	case body.n == 0:
@@ -431,6 +499,7 @@ func (b *Backend) PullImage(ctx context.Context, ref string) ([]api.ImageInfo, e
 	if err := b.ready(ctx); err != nil {
 		return nil, err
 	}
+	ctx = b.quiet(ctx)
 	ctx, done, err := b.client.WithLease(ctx)
 	if err != nil {
 		return nil, b.classify("pull "+ref, err)

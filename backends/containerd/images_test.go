@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"net/url"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -435,5 +436,34 @@ func TestImagesUnavailable(t *testing.T) {
 	}
 	if err := b.RemoveImage(ctx, "alpine"); !errors.Is(err, api.ErrUnavailable) {
 		t.Errorf("RemoveImage = %v", err)
+	}
+}
+
+func TestImageImportDecompressedCap(t *testing.T) {
+	owner := t.TempDir()
+	testBackend(t, owner)
+	b, err := New(Config{Socket: os.Getenv("SANDBOXD_TEST_CONTAINERD"), Namespace: "sandboxd-test", Owner: owner, MaxImportBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() }) // after the images' removal
+	name := uniq("sandboxd-unit-bomb") + ":1"
+	archive := must[[]byte](t)(imagetest.DockerSave(tagged(imgFixture(t), name)))
+	if len(archive) <= 1<<20 {
+		t.Fatalf("the archive (%d bytes) is not above the cap", len(archive))
+	}
+	// Compressed, it unfolds past the cap: refused, nothing kept.
+	_, err = b.ImportImage(context.Background(), bytes.NewReader(imagetest.Gzip(archive)), "")
+	if !errors.Is(err, api.ErrTooLarge) || !strings.Contains(err.Error(), "decompresses to more than 1048576 bytes") {
+		t.Fatalf("import of a compressed archive over the cap: %v", err)
+	}
+	if _, err := b.lookupImage(context.Background(), name); !errdefs.IsNotFound(err) {
+		t.Fatalf("%s exists after a refused import (%v)", name, err)
+	}
+	// Uncompressed, the cap is the caller's business (the daemon bounds
+	// the body it reads).
+	removeAfter(t, b, name)
+	if _, err := b.ImportImage(context.Background(), bytes.NewReader(archive), ""); err != nil {
+		t.Fatal(err)
 	}
 }
