@@ -1,5 +1,5 @@
 // Command sandboxd is the sandboxd daemon (`sandboxd serve`) and its
-// command-line client (create, run, exec, ps, rm, events, info).
+// command-line client (create, run, exec, ps, rm, events, cp, image, info).
 package main
 
 import (
@@ -19,13 +19,17 @@ const usage = `sandboxd — an execution runtime for AI agents.
 
 Usage:
   sandboxd serve [--listen ADDR]... [--state-dir DIR] [--token-file FILE] [--config FILE]
-  sandboxd create [--backend process] [--env K=V]... [--label K=V]... [--memory MB] [--pids N] [--cpus N]
+  sandboxd create [--backend process|containerd|wasm] [--image host|IMAGE] [--env K=V]... [--label K=V]... [--memory MB] [--pids N] [--cpus N]
   sandboxd run SANDBOX [--session NAME] [--timeout SEC] [--hard-timeout SEC] COMMAND...
   sandboxd exec SANDBOX [--cwd DIR] [--env K=V]... [--timeout SEC] [--stdin] -- PROGRAM [ARG]...
   sandboxd ps [--json]
   sandboxd rm SANDBOX...
   sandboxd events SANDBOX [--after SEQ] [--follow]
   sandboxd cp LOCAL SANDBOX:PATH | SANDBOX:PATH LOCAL   (a file, or a directory's contents; - is stdin/stdout)
+  sandboxd image import FILE [--name NAME] [--quiet]   (a docker save or OCI layout tar, maybe gzipped; - is stdin)
+  sandboxd image ls [--json]
+  sandboxd image rm IMAGE...
+  sandboxd image pull REF                              (needs a registry the daemon's host can reach)
   sandboxd info
   sandboxd version
 
@@ -70,6 +74,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = withClient(ctx, rest, stderr, func(c *client.Client, args []string) error { return rm(ctx, c, args, stdout) })
 	case "cp":
 		err = withClient(ctx, rest, stderr, func(c *client.Client, args []string) error { return cp(ctx, c, args, stdin, stdout) })
+	case "image", "images":
+		err = image(ctx, rest, stdin, stdout, stderr)
 	case "events":
 		err = withClient(ctx, rest, stderr, func(c *client.Client, args []string) error { return events(ctx, c, args, stdout) })
 	case "info":
