@@ -48,6 +48,11 @@ func (c *Client) ImportImage(ctx context.Context, r io.Reader, name string) ([]a
 		req.Body = http.NoBody
 	}
 	req.Header.Set("Content-Type", "application/x-tar")
+	if req.Body != http.NoBody {
+		// The daemon refuses an upload it cannot take (containerd down)
+		// before the archive is sent, rather than after.
+		req.Header.Set("Expect", "100-continue")
+	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}

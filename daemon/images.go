@@ -3,6 +3,7 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"crypto/subtle"
 	"io"
 	"mime"
 	"net/url"
@@ -73,6 +74,53 @@ func (d *Daemon) listImages(ctx *fasthttp.RequestCtx) {
 	writeError(ctx, err)
 }
 
+// expectContinue answers requests that wait for "100 Continue" before
+// they send their body (the Go client's image uploads do): an image upload
+// the daemon would refuse before reading it (not a tar stream, or no image
+// store, no token) is refused at once, with its error, instead of after
+// the client sent gigabytes into a closed connection. Anything else
+// continues.
+func (d *Daemon) expectContinue(auth bool) func(ctx *fasthttp.RequestCtx) int {
+	want := []byte("Bearer " + d.token)
+	return func(ctx *fasthttp.RequestCtx) int {
+		if !ctx.IsPost() || string(ctx.Path()) != "/v1/images" {
+			return fasthttp.StatusContinue
+		}
+		var err error
+		if got := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization); auth && len(got) == 0 {
+			err = api.Errorf(api.ErrUnauthenticated, "missing Authorization: Bearer <token> header")
+		} else if auth && subtle.ConstantTimeCompare(got, want) != 1 {
+			err = api.Errorf(api.ErrUnauthenticated, "wrong token")
+		} else {
+			err = checkImageContentType(ctx)
+		}
+		if err == nil {
+			opctx, cancel := d.opContext(imageTimeout)
+			_, err = d.imageStore(opctx)
+			cancel()
+		}
+		if err == nil {
+			return fasthttp.StatusContinue
+		}
+		writeError(ctx, err)
+		d.metrics.request(ctx.Response.StatusCode())
+		return ctx.Response.StatusCode()
+	}
+}
+
+// checkImageContentType refuses bodies that are not tar streams.
+func checkImageContentType(ctx *fasthttp.RequestCtx) error {
+	ct := string(ctx.Request.Header.ContentType())
+	if ct == "" {
+		return nil
+	}
+	switch mt, _, _ := mime.ParseMediaType(ct); mt {
+	case "application/x-tar", "application/octet-stream", "application/gzip", "application/x-gzip":
+		return nil
+	}
+	return api.Errorf(api.ErrInvalidArgument, "Content-Type %q: an image archive is sent as a tar stream (application/x-tar)", ct)
+}
+
 // importImage serves POST /v1/images?name=NAME: the body is an image
 // archive, read as it arrives (never whole in memory) and bounded by
 // containerd.max_image_bytes.
@@ -93,13 +141,9 @@ func (d *Daemon) importImage(ctx *fasthttp.RequestCtx) {
 		ctx.SetConnectionClose()
 		writeError(ctx, err)
 	}
-	if ct := string(ctx.Request.Header.ContentType()); ct != "" {
-		switch mt, _, _ := mime.ParseMediaType(ct); mt {
-		case "application/x-tar", "application/octet-stream", "application/gzip", "application/x-gzip":
-		default:
-			refuse(api.Errorf(api.ErrInvalidArgument, "Content-Type %q: an image archive is sent as a tar stream (application/x-tar)", ct))
-			return
-		}
+	if err := checkImageContentType(ctx); err != nil {
+		refuse(err)
+		return
 	}
 	name := string(ctx.QueryArgs().Peek("name"))
 	opctx, cancel := d.opContext(importTimeout)

@@ -223,6 +223,11 @@ func TestImagesUnavailable(t *testing.T) {
 			c, _, _ := imagesDaemon(t, edit)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
+			// A large upload is refused before it is sent.
+			huge := &countReader{r: io.LimitReader(zeros{}, 1<<30)}
+			if _, err := c.ImportImage(ctx, huge, ""); !errors.Is(err, client.ErrUnavailable) || huge.n > 1<<20 {
+				t.Errorf("import of 1 GiB: %v after %d bytes were read", err, huge.n)
+			}
 			for op, err := range map[string]error{
 				"list":   errOf(c.Images(ctx)),
 				"import": errOf(c.ImportImage(ctx, bytes.NewReader(busyboxArchive(t, "x:1")), "")),
@@ -236,5 +241,44 @@ func TestImagesUnavailable(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// zeros reads zeros forever.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+// countReader counts what was read of r.
+type countReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// TestImagesUploadWithoutToken checks that an upload without the token is
+// refused before its body is sent.
+func TestImagesUploadWithoutToken(t *testing.T) {
+	_, addr, _ := imagesDaemon(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, token := range []string{"", "not-the-token-not-the-token"} {
+		c, err := client.New("http://"+addr, client.WithToken(token))
+		if err != nil {
+			t.Fatal(err)
+		}
+		huge := &countReader{r: io.LimitReader(zeros{}, 1<<30)}
+		if _, err := c.ImportImage(ctx, huge, ""); !errors.Is(err, client.ErrUnauthenticated) || huge.n > 1<<20 {
+			t.Errorf("import with token %q: %v after %d bytes were read", token, err, huge.n)
+		}
+		c.Close()
 	}
 }

@@ -40,6 +40,9 @@ func (d *Daemon) newServer(auth bool) *fasthttp.Server {
 		// Bodies reach handlers as streams, so an oversized one can be
 		// answered 413 (see readBody) instead of a reset connection.
 		StreamRequestBody: true,
+		// Image uploads the daemon would refuse are refused before their
+		// body is sent, when the client waits for 100 Continue.
+		ExpectHandler: d.expectContinue(auth),
 		// Request headers beyond the read buffer get 431.
 		ReadBufferSize: 16 << 10,
 		// Streamed output goes out in large writes, not a syscall per 4 KiB.
