@@ -248,13 +248,12 @@ func (b *Backend) ImportImage(ctx context.Context, r io.Reader, name string) (_ 
 		return nil, api.Errorf(api.ErrInvalidArgument, "the upload could not be decompressed: %v", err)
 	}
 	defer archive.Close()
-	unfolded := &countingReader{r: archive}
-	var src io.Reader = unfolded
+	var tarStream io.Reader = archive
 	if max := b.cfg.MaxImportBytes; max > 0 && archive.GetCompression() != compression.Uncompressed {
 		// A small compressed archive must not fill containerd's disk.
-		src = &countingReader{r: &unfoldCap{r: unfolded, left: max, max: max}}
-		unfolded = src.(*countingReader)
+		tarStream = &unfoldCap{r: archive, left: max, max: max}
 	}
+	unfolded := &countingReader{r: tarStream}
 
 	// One lease over the import and the unpacking: nothing is collected
 	// half way; the images hold their content afterwards.
@@ -266,7 +265,7 @@ func (b *Backend) ImportImage(ctx context.Context, r io.Reader, name string) (_ 
 
 	tmp := importPrefix + randomHex(6)
 	start := time.Now()
-	imgs, err := b.client.Import(ctx, src,
+	imgs, err := b.client.Import(ctx, unfolded,
 		client.WithImageRefTranslator(ociRefName),
 		client.WithDigestRef(func(d digest.Digest) string { return tmp + "@" + d.String() }),
 		client.WithSkipDigestRef(func(name string) bool { return name != "" }),
