@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/containerd/containerd/api/services/tasks/v1"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/errdefs"
@@ -121,7 +122,11 @@ func (s *sandbox) Start(ctx context.Context, ps backends.ProcessSpec) (_ backend
 		_, _ = cp.Delete(context.WithoutCancel(ctx))
 		return nil, startError(ps.Argv[0], s.b.classify("start the process", err))
 	}
-	p.pid = int(cp.Pid())
+	if p.pid = int(cp.Pid()); p.pid <= 1 {
+		cancel()
+		_, _ = cp.Delete(context.WithoutCancel(ctx), client.WithProcessKill)
+		return nil, fmt.Errorf("containerd gave process %s no pid", id)
+	}
 	if fd, err := unix.PidfdOpen(p.pid, 0); err == nil {
 		p.pidfd = fd
 	}
@@ -418,7 +423,16 @@ func (s *sandbox) Reattach(ctx context.Context, handle string, stdout io.Writer)
 		cancel()
 		return nil, s.b.classify("wait for terminal "+handle, err)
 	}
-	p.pid = int(cp.Pid())
+	// LoadProcess leaves the pid unknown (0): ask the task service.
+	resp, err := s.b.client.TaskService().Get(ctx, &tasks.GetRequest{ContainerID: s.id, ExecID: handle})
+	if err != nil {
+		cancel()
+		return nil, s.b.classify("look up terminal "+handle, err)
+	}
+	if p.pid = int(resp.Process.Pid); p.pid <= 1 {
+		cancel()
+		return nil, api.Errorf(api.ErrNotFound, "terminal %s has no process", handle)
+	}
 	if fd, err := unix.PidfdOpen(p.pid, 0); err == nil {
 		p.pidfd = fd
 	}
@@ -468,6 +482,11 @@ func (p *proc) Kill() error {
 		return nil
 	default:
 	}
+	if p.pidfd < 0 {
+		// Without a pidfd the pid may be another process by now: let
+		// containerd kill what it knows (the process itself).
+		return p.cp.Kill(context.Background(), syscall.SIGKILL)
+	}
 	return killTree(p.pid, p.pidfd)
 }
 
@@ -479,7 +498,7 @@ func (p *proc) SignalForeground(sig syscall.Signal) (bool, error) {
 	// TIOCGPGRP answers only a terminal's master or its session's
 	// members; /proc knows it for everyone.
 	fg := foregroundOf(p.pid)
-	if fg <= 0 || fg == p.pid {
+	if fg <= 1 || fg == p.pid {
 		return false, nil
 	}
 	if err := unix.Kill(-fg, sig); err != nil && err != unix.ESRCH {

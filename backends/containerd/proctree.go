@@ -1,6 +1,7 @@
 package containerd
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -14,12 +15,15 @@ import (
 // member SIGSTOPped, until a scan finds no new member: a stopped process
 // cannot fork), then killed, so a fork bomb cannot outrun the walk.
 func killTree(root, pidfd int) error {
-	if pidfd >= 0 {
-		if err := unix.PidfdSendSignal(pidfd, unix.SIGSTOP, nil, 0); err == unix.ESRCH {
-			return nil
-		}
-	} else {
-		_ = unix.Kill(root, unix.SIGSTOP)
+	// kill(0) and kill(-1) mean the caller's process group and every
+	// process: never walk from a pid that is not a real one. The pidfd
+	// pins root: once it is signalled through it, root's pid cannot be
+	// another process (a zombie keeps its pid).
+	if root <= 1 || pidfd < 0 {
+		return fmt.Errorf("kill tree: no process (pid %d)", root)
+	}
+	if err := unix.PidfdSendSignal(pidfd, unix.SIGSTOP, nil, 0); err == unix.ESRCH {
+		return nil
 	}
 	members := map[int]bool{}
 	for range 1000 {
@@ -38,13 +42,7 @@ func killTree(root, pidfd int) error {
 	for pid := range members {
 		_ = unix.Kill(pid, unix.SIGKILL)
 	}
-	if pidfd >= 0 {
-		if err := unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0); err != nil && err != unix.ESRCH {
-			return err
-		}
-		return nil
-	}
-	if err := unix.Kill(root, unix.SIGKILL); err != nil && err != unix.ESRCH {
+	if err := unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0); err != nil && err != unix.ESRCH {
 		return err
 	}
 	return nil
