@@ -6,7 +6,8 @@ package tests
 //	go test -run '^$' -bench . -benchtime 2000x ./tests/
 //
 // Each reports its own p50 (or throughput) next to the floor's and the
-// ratio; docs/benchmarks.md records the results.
+// ratio; docs/benchmarks.md records the results. The containerd backend's
+// are in bench_containerd_test.go.
 
 import (
 	"bufio"
