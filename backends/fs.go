@@ -110,6 +110,8 @@ func FSError(name string, err error) error {
 		return api.Errorf(api.ErrInvalidArgument, "%s: a part of the path is not a directory", name)
 	case errors.Is(err, syscall.EISDIR):
 		return api.Errorf(api.ErrInvalidArgument, "%s is a directory", name)
+	case errors.Is(err, syscall.EROFS):
+		return api.Errorf(api.ErrPermissionDenied, "%s is on a read-only file system", name)
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
 		return api.Errorf(api.ErrResourceExhausted, "%s: no space left", name)
 	case errors.As(err, &errno):

@@ -87,6 +87,7 @@ type sandbox struct {
 	active     int
 	lastActive time.Time
 	closed     bool // deleted, or the daemon stopped
+	waiting    bool // lost for now: its backend was down at start (adoptLater)
 }
 
 // call is an action in flight, for retries that arrive meanwhile.
@@ -284,20 +285,28 @@ func (m *manager) open(be backends.Backend, dir string, md meta, bsb backends.Sa
 		calls: map[string]*call{}, lastActive: time.Now(),
 	}
 	if bsb != nil {
-		bc := m.d.bashConfig()
-		bc.Persist = func(infos []bash.SessionInfo) {
-			s.mu.Lock()
-			s.meta.Shells = infos
-			s.mu.Unlock()
-			if err := s.saveMeta(); err != nil {
-				m.d.log.Warn("record bash sessions", "sandbox", s.id, "err", err)
-			}
-		}
-		s.bash = bash.New(bsb, bc)
-		s.exec = execx.New(bsb, m.d.execConfig())
-		s.file = filex.New(bsb.FS(), m.d.fileConfig())
+		s.setBackend(bsb)
 	}
 	return s, nil
+}
+
+// setBackend gives the sandbox its backend part and the executors on it;
+// s.mu is held or s is not shared yet.
+func (s *sandbox) setBackend(bsb backends.Sandbox) {
+	m := s.m
+	bc := m.d.bashConfig()
+	bc.Persist = func(infos []bash.SessionInfo) {
+		s.mu.Lock()
+		s.meta.Shells = infos
+		s.mu.Unlock()
+		if err := s.saveMeta(); err != nil {
+			m.d.log.Warn("record bash sessions", "sandbox", s.id, "err", err)
+		}
+	}
+	s.sb = bsb
+	s.bash = bash.New(bsb, bc)
+	s.exec = execx.New(bsb, m.d.execConfig())
+	s.file = filex.New(bsb.FS(), m.d.fileConfig())
 }
 
 var backendNames = "process, containerd, wasm"
@@ -313,6 +322,7 @@ func (m *manager) recover(ctx context.Context) error {
 		md  meta
 	}
 	byBackend := map[string][]found{}
+	var later []*sandbox // of a backend that is down for now
 	for _, e := range ents {
 		if !e.IsDir() || !idRE.MatchString(e.Name()) {
 			continue
@@ -337,10 +347,17 @@ func (m *manager) recover(ctx context.Context) error {
 		be := m.d.backends[name]
 		results := map[string]backends.Recovered{}
 		var unavailable error
+		deferred := false
 		if be == nil {
 			unavailable = fmt.Errorf("this daemon has no %q backend", name)
 		} else if err := be.Available(ctx); err != nil {
 			unavailable = fmt.Errorf("the %s backend is not available: %w", name, err)
+			// Its sandboxes may well be alive (containers run on
+			// without containerd's API): adopt them once it is back.
+			deferred = name == api.BackendContainerd
+			if deferred {
+				unavailable = fmt.Errorf("%w; the sandbox is re-adopted when it is back", unavailable)
+			}
 		} else {
 			specs := make([]backends.Spec, 0, len(fs))
 			for _, f := range fs {
@@ -375,9 +392,14 @@ func (m *manager) recover(ctx context.Context) error {
 				}
 				continue
 			}
-			resumed := s.reattach(ctx, md)
-			if err := s.settlePending(resumed); err != nil {
-				m.d.log.Error("record lost actions", "sandbox", s.id, "err", err)
+			if deferred {
+				s.waiting = true
+				later = append(later, s)
+			} else {
+				resumed := s.reattach(ctx, md)
+				if err := s.settlePending(resumed); err != nil {
+					m.d.log.Error("record lost actions", "sandbox", s.id, "err", err)
+				}
 			}
 			_ = s.saveMeta()
 			m.mu.Lock()
@@ -390,7 +412,84 @@ func (m *manager) recover(ctx context.Context) error {
 			}
 		}
 	}
+	if len(later) > 0 {
+		go m.adoptLater(later)
+	}
 	return nil
+}
+
+// adoptLater re-adopts sandboxes whose backend was down when the daemon
+// started, once it answers again (or gives up when the daemon stops).
+func (m *manager) adoptLater(waiting []*sandbox) {
+	if len(waiting) == 0 {
+		return
+	}
+	be := waiting[0].backend
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-m.d.stop:
+			return
+		case <-tick.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if be.Available(ctx) != nil {
+			cancel()
+			continue
+		}
+		var specs []backends.Spec
+		byID := map[string]*sandbox{}
+		for _, s := range waiting {
+			s.mu.Lock()
+			closed, md := s.closed, s.meta
+			s.mu.Unlock()
+			if closed {
+				continue
+			}
+			byID[s.id] = s
+			specs = append(specs, backends.Spec{
+				ID: md.Sandbox.ID, Dir: s.dir, Image: md.Sandbox.Image, Env: md.Env,
+				Workdir: md.Sandbox.Workdir, Limits: md.Sandbox.Limits, Network: md.Sandbox.Network,
+			})
+		}
+		for _, r := range be.Recover(ctx, specs) {
+			s := byID[r.ID]
+			if s == nil {
+				continue
+			}
+			s.mu.Lock()
+			if s.closed {
+				s.mu.Unlock()
+				if r.Sandbox != nil {
+					_ = r.Sandbox.Destroy(ctx)
+				}
+				continue
+			}
+			md := s.meta
+			s.waiting = false
+			if r.Err != nil {
+				s.meta.Sandbox.Reason = r.Err.Error()
+			} else {
+				s.setBackend(r.Sandbox)
+				s.meta.Sandbox.State, s.meta.Sandbox.Reason = api.StateRunning, ""
+			}
+			s.mu.Unlock()
+			var resumed map[int64]bool
+			if r.Err == nil {
+				resumed = s.reattach(ctx, md)
+				m.d.log.Info("sandbox re-adopted now that its backend is back", "sandbox", s.id, "note", r.Note)
+			} else {
+				m.d.log.Warn("sandbox lost", "sandbox", s.id, "reason", r.Err)
+			}
+			if err := s.settlePending(resumed); err != nil {
+				m.d.log.Error("record lost actions", "sandbox", s.id, "err", err)
+			}
+			_ = s.saveMeta()
+		}
+		cancel()
+		return
+	}
 }
 
 // settlePending records an observation for every action the previous run
@@ -570,8 +669,12 @@ func (s *sandbox) act(a *api.Action, live *liveStream) (api.Observation, error) 
 		}
 	}
 	if s.sb == nil {
+		waiting, reason := s.waiting, s.meta.Sandbox.Reason
 		s.mu.Unlock()
-		return api.Observation{}, api.Errorf(api.ErrConflict, "sandbox %s is lost (%s); it runs nothing any more: delete it", s.id, s.meta.Sandbox.Reason)
+		if waiting {
+			return api.Observation{}, api.Errorf(api.ErrUnavailable, "sandbox %s waits for its backend: %s", s.id, reason)
+		}
+		return api.Observation{}, api.Errorf(api.ErrConflict, "sandbox %s is lost (%s); it runs nothing any more: delete it", s.id, reason)
 	}
 	if s.m.d.stopping.Load() {
 		s.mu.Unlock()

@@ -67,6 +67,7 @@ type Config struct {
 const (
 	labelID    = "sandboxd.id"
 	labelOwner = "sandboxd.owner"
+	labelDir   = "sandboxd.dir" // the sandbox's Spec.Dir
 )
 
 // HostImage is the built-in image: the host's system, read-only.
@@ -256,6 +257,16 @@ func (b *Backend) sweep(ctx context.Context, known map[string]bool) {
 	for _, c := range cs {
 		if known[c.ID()] {
 			continue
+		}
+		// A sandbox Recover was not asked about (re-adopted later, or
+		// created since) still has its directory; a deleted one, or one
+		// the daemon never recorded, does not.
+		if labels, err := c.Labels(ctx); err != nil {
+			continue
+		} else if dir := labels[labelDir]; dir != "" {
+			if _, err := os.Stat(dir); err == nil {
+				continue
+			}
 		}
 		b.log.Info("containerd: removing a container no sandbox names", "container", c.ID())
 		if err := removeContainer(context.WithoutCancel(ctx), c); err != nil {

@@ -95,7 +95,7 @@ func (b *Backend) create(ctx context.Context, spec backends.Spec) (_ *sandbox, e
 		return nil, fmt.Errorf("build container spec: %w", err)
 	}
 	opts = append(opts,
-		client.WithContainerLabels(map[string]string{labelID: spec.ID, labelOwner: b.cfg.Owner}),
+		client.WithContainerLabels(map[string]string{labelID: spec.ID, labelOwner: b.cfg.Owner, labelDir: spec.Dir}),
 		client.WithRuntime(b.cfg.Runtime, nil),
 		client.WithSpec(s),
 	)

@@ -265,7 +265,11 @@ func (b *Backend) buildSpec(ctx context.Context, spec backends.Spec, host bool, 
 			mounts[i].Options = []string{"nosuid", "noexec", "nodev", "mode=1777", "size=256m"}
 		}
 	}
-	mounts = append(mounts, roBind(b.helper.path, helperPath))
+	// The sandbox's own cgroup, read-only (the cgroup namespace hides the
+	// rest): programs size themselves from its limits.
+	mounts = append(mounts,
+		specs.Mount{Type: "cgroup", Source: "cgroup", Destination: "/sys/fs/cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
+		roBind(b.helper.path, helperPath))
 	if host {
 		mounts = append(mounts, roBind("/usr", "/usr"))
 		for _, name := range hostLinks {
@@ -280,7 +284,6 @@ func (b *Backend) buildSpec(ctx context.Context, spec backends.Spec, host bool, 
 			}
 		}
 		mounts = append(mounts,
-			specs.Mount{Type: "tmpfs", Source: "tmpfs", Destination: "/run", Options: []string{"nosuid", "nodev", "mode=755", "size=64m"}},
 			specs.Mount{Type: "tmpfs", Source: "tmpfs", Destination: "/var", Options: []string{"nosuid", "nodev", "mode=755", "size=256m"}},
 		)
 	}
