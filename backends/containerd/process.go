@@ -43,7 +43,8 @@ type proc struct {
 	tty   bool
 	cp    client.Process
 	pid   int // host pid
-	pidfd int
+	fdMu  sync.Mutex
+	pidfd int // -1 once released; fdMu guards its use against its close
 	dio   *cio.DirectIO
 	fifos *cio.FIFOSet
 	stdin io.Writer // a terminal's stdin, nil otherwise
@@ -241,8 +242,10 @@ func (p *proc) run(exitCh <-chan client.ExitStatus, stdout, stderr io.Writer) {
 				p.status.OOMKilled = true
 			}
 		}
-		p.release()
+		// Answer first; freeing the exec in the shim costs a round trip
+		// or two that the caller need not wait for.
 		close(p.done)
+		p.release()
 	}()
 }
 
@@ -315,10 +318,12 @@ func (p *proc) release() {
 		p.s.b.log.Debug("containerd: delete exec", "exec", p.id, "err", err)
 	}
 	cancel()
+	p.fdMu.Lock()
 	if p.pidfd >= 0 {
 		unix.Close(p.pidfd)
 		p.pidfd = -1
 	}
+	p.fdMu.Unlock()
 	p.s.mu.Lock()
 	delete(p.s.procs, p)
 	p.s.mu.Unlock()
@@ -465,6 +470,8 @@ func (p *proc) Signal(sig syscall.Signal) error {
 		return nil
 	default:
 	}
+	p.fdMu.Lock()
+	defer p.fdMu.Unlock()
 	if p.pidfd < 0 {
 		return p.cp.Kill(context.Background(), sig)
 	}
@@ -482,6 +489,8 @@ func (p *proc) Kill() error {
 		return nil
 	default:
 	}
+	p.fdMu.Lock()
+	defer p.fdMu.Unlock()
 	if p.pidfd < 0 {
 		// Without a pidfd the pid may be another process by now: let
 		// containerd kill what it knows (the process itself).

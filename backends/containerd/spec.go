@@ -58,6 +58,11 @@ func findHelper(p string) (helperInfo, error) {
 			return helperInfo{}, fmt.Errorf("containerd backend: find own executable: %w", err)
 		}
 		p = exe
+		// The small helper binary beside the daemon starts much faster
+		// than the daemon binary (see cmd/sandboxd-helper).
+		if small := filepath.Join(filepath.Dir(exe), HelperName); isFile(small) {
+			p = small
+		}
 	}
 	p, err := filepath.EvalSymlinks(p)
 	if err != nil {
@@ -75,6 +80,15 @@ func findHelper(p string) (helperInfo, error) {
 		}
 	}
 	return helperInfo{path: p, static: static}, nil
+}
+
+// HelperName is the file name of the small helper binary
+// (cmd/sandboxd-helper) the daemon looks for beside its executable.
+const HelperName = "sandboxd-helper"
+
+func isFile(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular()
 }
 
 // hostLinks are the top-level entries of the host image taken from the
