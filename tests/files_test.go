@@ -25,10 +25,24 @@ func act(t *testing.T, c *client.Client, id string, a *api.Action) (*api.Observa
 	return c.Act(ctxT(t, 30*time.Second), id, a)
 }
 
+// TestFileActions runs on the process and containerd backends: the file
+// actions mean the same whatever the sandbox's files are.
 func TestFileActions(t *testing.T) {
 	d := startDaemon(t)
 	c := d.client()
-	id := newSandbox(t, c)
+	for _, backend := range []string{api.BackendProcess, api.BackendContainerd} {
+		t.Run(backend, func(t *testing.T) {
+			if backend == api.BackendContainerd {
+				requireContainerd(t, c)
+				testFileActions(t, c, newContainerd(t, d, api.CreateSandboxRequest{}))
+				return
+			}
+			testFileActions(t, c, newSandbox(t, c))
+		})
+	}
+}
+
+func testFileActions(t *testing.T, c *client.Client, id string) {
 
 	if o, err := act(t, c, id, api.WriteFile("src/app.py", "def f():\n    return 1\n")); err != nil || o.Bytes != 22 || !strings.HasSuffix(o.Path, "/src/app.py") {
 		t.Fatalf("write: %+v %v", o, err)
@@ -302,10 +316,24 @@ func TestTarUploads(t *testing.T) {
 	}
 }
 
+// TestUploadDownloadRoundTrip runs on the process and containerd backends: the file
+// actions mean the same whatever the sandbox's files are.
 func TestUploadDownloadRoundTrip(t *testing.T) {
 	d := startDaemon(t)
 	c := d.client()
-	id := newSandbox(t, c)
+	for _, backend := range []string{api.BackendProcess, api.BackendContainerd} {
+		t.Run(backend, func(t *testing.T) {
+			if backend == api.BackendContainerd {
+				requireContainerd(t, c)
+				testUploadDownloadRoundTrip(t, c, newContainerd(t, d, api.CreateSandboxRequest{}))
+				return
+			}
+			testUploadDownloadRoundTrip(t, c, newSandbox(t, c))
+		})
+	}
+}
+
+func testUploadDownloadRoundTrip(t *testing.T, c *client.Client, id string) {
 	ctx := ctxT(t, 60*time.Second)
 	data := make([]byte, 3<<20+17)
 	for i := range data {
