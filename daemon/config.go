@@ -73,6 +73,10 @@ type ContainerdConfig struct {
 	// the archive as sent, and a compressed archive's bytes once
 	// decompressed.
 	MaxImageBytes int64 `toml:"max_image_bytes"`
+	// PoolSize is how many host-image containers are kept started ahead
+	// of need, so that a create (with the host image, no network, the
+	// default workdir) takes one instead of waiting for runc.
+	PoolSize int `toml:"pool_size"`
 }
 
 // WasmConfig configures the wasm backend.
@@ -212,6 +216,7 @@ func DefaultConfig() Config {
 			Runtime:   "io.containerd.runc.v2",
 			// 16 GiB, as files.max_transfer_bytes.
 			MaxImageBytes: 16 << 30,
+			PoolSize:      1,
 		},
 		Files: FilesConfig{
 			MaxReadBytes:       256 << 10,
@@ -371,6 +376,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Containerd.MaxImageBytes < 1 {
 		return errors.New("containerd.max_image_bytes must be positive")
+	}
+	if c.Containerd.PoolSize < 0 || c.Containerd.PoolSize > 64 {
+		return errors.New("containerd.pool_size must be between 0 and 64")
 	}
 	if c.Wasm.MaxModuleBytes < 8 || c.Wasm.MaxCompiled < 1 {
 		return errors.New("wasm.max_module_bytes must be at least 8 and wasm.max_compiled at least 1")

@@ -160,6 +160,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 			Snapshotter: cfg.Containerd.Snapshotter,
 			Helper:      cfg.Containerd.Helper,
 			Owner:       cfg.StateDir,
+			PoolSize:    cfg.Containerd.PoolSize,
+			PoolLimits:  cfg.Limits.Default.api(),
 			Logger:      log.With("backend", "containerd"),
 			// A compressed archive may not unfold into more than an
 			// uncompressed one may be.

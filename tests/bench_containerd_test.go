@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -326,9 +327,9 @@ func (f *floor) remove(fb *floorBox) error {
 
 // containerdDaemon starts a daemon for a containerd benchmark and checks
 // that its containerd backend is up.
-func containerdDaemon(b *testing.B) (*daemon, *client.Client) {
+func containerdDaemon(b *testing.B, extra ...string) (*daemon, *client.Client) {
 	b.Helper()
-	d, c := benchDaemon(b)
+	d, c := benchDaemon(b, extra...)
 	in, err := c.Info(context.Background())
 	if err != nil {
 		b.Fatal(err)
@@ -396,8 +397,30 @@ func (r *sandboxReaper) delete(id string) error {
 // image) and its first `exec true`, against a raw containerd client
 // creating a container of the same spec, starting its task and running
 // `true` as a task exec. Deletion is timed apart.
-func BenchmarkContainerdCreateFirstExec(b *testing.B) {
-	_, c := containerdDaemon(b)
+func BenchmarkContainerdCreateFirstExec(b *testing.B) { benchCreateFirstExec(b, 0) }
+
+// BenchmarkContainerdCreateFirstExecWarm is BenchmarkContainerdCreateFirstExec
+// with the daemon's warm pool (containerd.pool_size = 1): a create takes a
+// started container. Between iterations (untimed) the pool is let refill,
+// as between an agent's sandboxes.
+func BenchmarkContainerdCreateFirstExecWarm(b *testing.B) { benchCreateFirstExec(b, 1) }
+
+func benchCreateFirstExec(b *testing.B, pool int) {
+	_, c := containerdDaemon(b, "--set", fmt.Sprintf("containerd.pool_size=%d", pool))
+	refilled := func() {
+		if pool == 0 {
+			return
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			out, _ := exec.Command("ctr", "-n", e2eNamespace, "tasks", "ls").Output()
+			if strings.Count(string(out), "pool-") >= pool && strings.Contains(string(out), "RUNNING") {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		b.Fatal("the warm pool did not refill in 30s")
+	}
 	f := newFloor(b)
 	r := newReaper(b, c)
 	var floorCreate, floorExec, floorBoth, floorDel []time.Duration
@@ -427,6 +450,7 @@ func BenchmarkContainerdCreateFirstExec(b *testing.B) {
 		}
 	}
 	sandboxdSide := func(timed bool) {
+		refilled()
 		t0 := time.Now()
 		id, err := newContainerdSandbox(c)
 		if err != nil {

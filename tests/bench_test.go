@@ -39,12 +39,12 @@ func micros(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 
 // benchDaemon starts a daemon for a benchmark and returns a TCP client: the
 // benchmarks measure the REST API on loopback, token and all.
-func benchDaemon(b *testing.B) (*daemon, *client.Client) {
+func benchDaemon(b *testing.B, extra ...string) (*daemon, *client.Client) {
 	b.Helper()
 	if raceEnabled {
 		b.Skip("benchmarks are meaningless under -race")
 	}
-	d := startDaemon(b, "--log-level", "warn")
+	d := startDaemon(b, append([]string{"--log-level", "warn"}, extra...)...)
 	c := d.tcpClient(d.token)
 	b.Cleanup(func() { c.Close() })
 	return d, c

@@ -319,12 +319,15 @@ func TestContainerdUnavailable(t *testing.T) {
 
 // TestContainerdRestartContainerd restarts containerd under a running
 // daemon: a command running across it completes normally, and the
-// sandboxes work afterwards.
+// sandboxes work afterwards. It uses a containerd of its own, so that
+// other tests (and packages tested at the same time) keep theirs.
 func TestContainerdRestartContainerd(t *testing.T) {
-	d := startDaemon(t)
+	cd := startContainerd(t)
+	d := startDaemon(t, "--set", "containerd.socket="+cd.sock)
 	c := d.client()
 	requireContainerd(t, c)
 	id := newContainerd(t, d, api.CreateSandboxRequest{})
+	wantRun(t, run(t, c, id, "cd /tmp && export KEEP=1"), 0, "")
 	done := make(chan *api.Observation, 1)
 	go func() {
 		o, err := c.Act(context.Background(), id, &api.Action{Kind: api.KindExec, Argv: []string{"sh", "-c", "sleep 3; echo across"}, TimeoutS: api.Seconds(60)})
@@ -334,7 +337,7 @@ func TestContainerdRestartContainerd(t *testing.T) {
 		done <- o
 	}()
 	time.Sleep(500 * time.Millisecond)
-	restartContainerd(t)
+	cd.restart(t)
 	if o := <-done; o != nil && (o.Stdout != "across\n" || exitCode(o) != "0") {
 		t.Errorf("exec across the restart: %+v", o)
 	}
@@ -342,59 +345,80 @@ func TestContainerdRestartContainerd(t *testing.T) {
 		o, err := c.Act(ctxT(t, 30*time.Second), id, api.Exec("echo", "after"))
 		return err == nil && o.Stdout == "after\n"
 	})
-	wantRun(t, run(t, c, id, "echo shell"), 0, "shell\n")
+	wantRun(t, run(t, c, id, "echo $KEEP $(pwd)"), 0, "1 /tmp\n")
 	id2 := newContainerd(t, d, api.CreateSandboxRequest{})
 	wantRun(t, run(t, c, id2, "echo new"), 0, "new\n")
 }
 
-// restartContainerd stops the host's containerd (SIGTERM; its shims and
-// containers live on) and starts it again with the same command line.
-func restartContainerd(t *testing.T) {
+// privateContainerd is a containerd of a test's own.
+type privateContainerd struct {
+	bin, dir, sock string
+	cmd            *exec.Cmd
+	exited         chan struct{}
+}
+
+// startContainerd starts a containerd with its own root, state and
+// sockets (the CRI plugin off), stopped when the test ends.
+func startContainerd(t *testing.T) *privateContainerd {
 	t.Helper()
-	out, err := exec.Command("pgrep", "-x", "containerd").Output()
-	pids := strings.Fields(string(out))
-	if err != nil || len(pids) != 1 {
-		require(t, "one containerd process to restart", errors.New(strings.Join(pids, " ")))
+	bin, err := exec.LookPath("containerd")
+	if err != nil {
+		require(t, "containerd", err)
 	}
-	cmdline, err := os.ReadFile("/proc/" + pids[0] + "/cmdline")
+	dir, err := os.MkdirTemp("", "ctrd-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	argv := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
-	p, err := os.FindProcess(mustAtoi(t, pids[0]))
-	if err != nil {
+	cd := &privateContainerd{bin: bin, dir: dir, sock: filepath.Join(dir, "containerd.sock")}
+	cfg := fmt.Sprintf("version = 2\nroot = %q\nstate = %q\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n[grpc]\n  address = %q\n[ttrpc]\n  address = %q\n",
+		filepath.Join(dir, "root"), filepath.Join(dir, "state"), cd.sock, cd.sock+".ttrpc")
+	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_ = p.Signal(syscall.SIGTERM)
-	eventually(t, 20*time.Second, "containerd to stop", func() bool { return syscall.Kill(p.Pid, 0) != nil })
-	time.Sleep(time.Second)
-	logf, err := os.OpenFile(filepath.Join(os.TempDir(), "containerd-restarted.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	cd.start(t)
+	t.Cleanup(func() {
+		cd.stop(t)
+		os.RemoveAll(dir)
+	})
+	return cd
+}
+
+func (cd *privateContainerd) start(t *testing.T) {
+	t.Helper()
+	logf, err := os.OpenFile(filepath.Join(cd.dir, "containerd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start containerd again: %v", err)
+	cd.cmd = exec.Command(cd.bin, "--config", filepath.Join(cd.dir, "config.toml"))
+	cd.cmd.Stdout, cd.cmd.Stderr = logf, logf
+	if err := cd.cmd.Start(); err != nil {
+		t.Fatal(err)
 	}
-	go cmd.Wait()
-	eventually(t, 30*time.Second, "containerd to answer", func() bool {
-		return exec.Command("ctr", "version").Run() == nil
+	cd.exited = make(chan struct{})
+	go func() { cd.cmd.Wait(); close(cd.exited) }()
+	eventually(t, 30*time.Second, "the private containerd to answer", func() bool {
+		return exec.Command("ctr", "--address", cd.sock, "version").Run() == nil
 	})
 }
 
-func mustAtoi(t *testing.T, s string) int {
-	t.Helper()
-	var n int
-	for _, r := range s {
-		if r < '0' || r > '9' {
-			t.Fatalf("not a number: %q", s)
-		}
-		n = n*10 + int(r-'0')
+// stop stops containerd (SIGTERM; its shims and containers live on).
+func (cd *privateContainerd) stop(t *testing.T) {
+	_ = cd.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-cd.exited:
+	case <-time.After(20 * time.Second):
+		t.Errorf("the private containerd did not stop in 20s")
+		_ = cd.cmd.Process.Kill()
+		<-cd.exited
 	}
-	return n
+}
+
+func (cd *privateContainerd) restart(t *testing.T) {
+	t.Helper()
+	cd.stop(t)
+	time.Sleep(time.Second)
+	cd.start(t)
 }
 
 // TestContainerdDelete: deleting is idempotent, stops what runs, and
@@ -467,4 +491,35 @@ func TestContainerdAdoptedWhenBack(t *testing.T) {
 		return err == nil && sb.State == api.StateRunning
 	})
 	wantRun(t, run(t, c, id, "echo $BACK; pwd"), 0, "again\n/root\n")
+}
+
+// TestContainerdPool: with a warm pool, creates take started containers;
+// neither a delete, a kill -9 of the daemon nor its stop leaves any
+// container behind (the harness checks at the end).
+func TestContainerdPool(t *testing.T) {
+	d := startDaemon(t, "--set", "containerd.pool_size=1")
+	c := d.unixClient()
+	requireContainerd(t, c)
+	poolContainers := func() []string {
+		out, _ := exec.Command("ctr", "-n", e2eNamespace, "containers", "ls", "-q").Output()
+		var ids []string
+		for _, id := range strings.Fields(string(out)) {
+			if strings.HasPrefix(id, "pool-") {
+				ids = append(ids, id)
+			}
+		}
+		return ids
+	}
+	first := newContainerd(t, d, api.CreateSandboxRequest{})
+	wantRun(t, run(t, c, first, "echo first"), 0, "first\n")
+	eventually(t, 30*time.Second, "a warm container", func() bool { return len(poolContainers()) >= 1 })
+	second := newContainerd(t, d, api.CreateSandboxRequest{Env: map[string]string{"WARM": "yes"}, Limits: &api.Limits{Pids: 99}})
+	wantRun(t, run(t, c, second, "echo $WARM $(cat /sys/fs/cgroup/pids/pids.max); pwd"), 0, "yes 99\n/workspace\n")
+	d.kill9()
+	c.Close()
+	d.restart()
+	c = d.client()
+	wantRun(t, run(t, c, second, "echo $WARM"), 0, "yes\n")
+	third := newContainerd(t, d, api.CreateSandboxRequest{})
+	wantRun(t, run(t, c, third, "echo third"), 0, "third\n")
 }

@@ -261,6 +261,8 @@ func (d *daemon) start() {
 		"--log-level", "debug",
 		"--set", "containerd.helper=" + staticHelper,
 		"--set", "containerd.namespace=" + e2eNamespace,
+		// No warm containers unless a test asks (later flags win).
+		"--set", "containerd.pool_size=0",
 	}, d.extra...)
 	d.log = &syncBuffer{}
 	d.cmd = exec.Command(binary, args...)

@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -56,8 +57,13 @@ type Config struct {
 	Helper string
 	// Owner tells this daemon's containers from other daemons' in the same
 	// namespace (the daemon's state directory).
-	Owner  string
-	Logger *slog.Logger
+	Owner string
+	// PoolSize is how many host-image containers are kept created and
+	// started ahead of need (0: none); PoolLimits are their limits, those
+	// most sandboxes get (the daemon's defaults).
+	PoolSize   int
+	PoolLimits api.Limits
+	Logger     *slog.Logger
 	// MaxImportBytes caps the decompressed size of an imported image
 	// archive (see ImportImage); 0 is no cap.
 	MaxImportBytes int64
@@ -68,7 +74,14 @@ const (
 	labelID    = "sandboxd.id"
 	labelOwner = "sandboxd.owner"
 	labelDir   = "sandboxd.dir" // the sandbox's Spec.Dir
+	// labelLayout is the directory holding the container's root, /etc,
+	// /workspace, /tmp, /root and FIFOs: Spec.Dir, or the warm pool's
+	// directory for the container, for a container made by the pool.
+	labelLayout = "sandboxd.layout"
 )
+
+// poolDirName is the warm pool's directory in the owner (state) directory.
+const poolDirName = "containerd-pool"
 
 // HostImage is the built-in image: the host's system, read-only.
 const HostImage = "host"
@@ -79,6 +92,7 @@ type Backend struct {
 	log    *slog.Logger
 	client *client.Client
 	helper helperInfo
+	pool   *pool
 
 	mu        sync.Mutex
 	checkedAt time.Time
@@ -113,11 +127,18 @@ func New(cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("containerd backend: %w", err)
 	}
-	return &Backend{cfg: cfg, log: cfg.Logger, client: c, helper: h}, nil
+	b := &Backend{cfg: cfg, log: cfg.Logger, client: c, helper: h}
+	if cfg.PoolSize > 0 {
+		b.pool = newPool(b, cfg.PoolSize, cfg.PoolLimits, filepath.Join(cfg.Owner, poolDirName))
+	}
+	return b, nil
 }
 
-// Close closes the connection to containerd.
-func (b *Backend) Close() error { return b.client.Close() }
+// Close destroys the warm pool and closes the connection to containerd.
+func (b *Backend) Close() error {
+	b.pool.close()
+	return b.client.Close()
+}
 
 // Name implements backends.Backend.
 func (b *Backend) Name() string { return api.BackendContainerd }
@@ -148,6 +169,9 @@ func (b *Backend) Available(ctx context.Context) error {
 	b.mu.Lock()
 	b.checkedAt, b.availErr = time.Now(), err
 	b.mu.Unlock()
+	if err == nil {
+		b.pool.kick()
+	}
 	return err
 }
 
@@ -258,19 +282,38 @@ func (b *Backend) sweep(ctx context.Context, known map[string]bool) {
 		if known[c.ID()] {
 			continue
 		}
+		labels, err := c.Labels(ctx)
+		if err != nil {
+			continue
+		}
+		if n, ok := labels[labelPool]; ok {
+			// A warm container: this instance's, or a leftover.
+			if b.pool == nil || n != b.pool.nonce {
+				b.removeLeftover(ctx, c, labels)
+			}
+			continue
+		}
 		// A sandbox Recover was not asked about (re-adopted later, or
 		// created since) still has its directory; a deleted one, or one
 		// the daemon never recorded, does not.
-		if labels, err := c.Labels(ctx); err != nil {
-			continue
-		} else if dir := labels[labelDir]; dir != "" {
+		if dir := labels[labelDir]; dir != "" {
 			if _, err := os.Stat(dir); err == nil {
 				continue
 			}
 		}
-		b.log.Info("containerd: removing a container no sandbox names", "container", c.ID())
-		if err := removeContainer(context.WithoutCancel(ctx), c); err != nil {
-			b.log.Warn("containerd: remove leftover container", "container", c.ID(), "err", err)
-		}
+		b.removeLeftover(ctx, c, labels)
+	}
+}
+
+// removeLeftover removes a container of this daemon that no sandbox
+// needs, and its directory if it is the warm pool's.
+func (b *Backend) removeLeftover(ctx context.Context, c client.Container, labels map[string]string) {
+	b.log.Info("containerd: removing a container no sandbox names", "container", c.ID())
+	if err := removeContainer(context.WithoutCancel(ctx), c); err != nil {
+		b.log.Warn("containerd: remove leftover container", "container", c.ID(), "err", err)
+		return
+	}
+	if l, own, err := b.layoutOf(backends.Spec{}, labels); err == nil && own {
+		os.RemoveAll(l.dir)
 	}
 }

@@ -429,7 +429,7 @@ func (s *sandbox) Reattach(ctx context.Context, handle string, stdout io.Writer)
 		return nil, s.b.classify("wait for terminal "+handle, err)
 	}
 	// LoadProcess leaves the pid unknown (0): ask the task service.
-	resp, err := s.b.client.TaskService().Get(ctx, &tasks.GetRequest{ContainerID: s.id, ExecID: handle})
+	resp, err := s.b.client.TaskService().Get(ctx, &tasks.GetRequest{ContainerID: s.ctr.ID(), ExecID: handle})
 	if err != nil {
 		cancel()
 		return nil, s.b.classify("look up terminal "+handle, err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,6 +33,7 @@ type sandbox struct {
 	initPid int
 	proc    specs.Process // template of every exec (env, caps, rlimits)
 	cgroup  string        // the container's cgroups path
+	ownDir  bool          // l.dir is the backend's (the pool's), not Spec.Dir: Destroy removes it
 
 	execSeq atomic.Int64
 	mu      sync.Mutex
@@ -49,20 +51,37 @@ func (b *Backend) create(ctx context.Context, spec backends.Spec) (_ *sandbox, e
 		image = HostImage
 	}
 	host := image == HostImage
-	workdir, err := checkWorkdir(spec.Workdir)
-	if err != nil {
+	if _, err := checkWorkdir(spec.Workdir); err != nil {
 		return nil, err
 	}
 	if !host && !b.helper.static {
 		return nil, api.Errorf(api.ErrUnsupported, "image %q needs sandboxd's helper to be statically linked, and %s is not: build sandboxd with CGO_ENABLED=0 or set containerd.helper to a static build", image, b.helper.path)
 	}
+	if sb := b.pool.take(ctx, spec); sb != nil {
+		return sb, nil
+	}
+	return b.make(ctx, spec, map[string]string{labelID: spec.ID, labelOwner: b.cfg.Owner, labelDir: spec.Dir, labelLayout: spec.Dir})
+}
+
+// make creates and starts a container for spec (whose ID is the
+// container's) with labels.
+func (b *Backend) make(ctx context.Context, spec backends.Spec, labels map[string]string) (_ *sandbox, err error) {
+	image := spec.Image
+	if image == "" {
+		image = HostImage
+	}
+	host := image == HostImage
+	workdir, err := checkWorkdir(spec.Workdir)
+	if err != nil {
+		return nil, err
+	}
 	l := layout{spec.Dir}
-	if err := l.prepare(host, hostname(spec.ID)); err != nil {
+	if err := l.prepare(host, containerHostname); err != nil {
 		return nil, fmt.Errorf("prepare sandbox directories: %w", err)
 	}
 	env := backends.AgentEnv()
 	env["HOME"] = "/root"
-	env["HOSTNAME"] = hostname(spec.ID)
+	env["HOSTNAME"] = containerHostname
 	var opts []client.NewContainerOpts
 	if !host {
 		img, err := b.lookupImage(ctx, image)
@@ -95,7 +114,7 @@ func (b *Backend) create(ctx context.Context, spec backends.Spec) (_ *sandbox, e
 		return nil, fmt.Errorf("build container spec: %w", err)
 	}
 	opts = append(opts,
-		client.WithContainerLabels(map[string]string{labelID: spec.ID, labelOwner: b.cfg.Owner, labelDir: spec.Dir}),
+		client.WithContainerLabels(labels),
 		client.WithRuntime(b.cfg.Runtime, nil),
 		client.WithSpec(s),
 	)
@@ -150,13 +169,22 @@ func checkWorkdir(wd string) (string, error) {
 
 // adopt re-adopts the container of spec after a daemon restart.
 func (b *Backend) adopt(ctx context.Context, spec backends.Spec) (*sandbox, string, error) {
-	ctr, err := b.client.LoadContainer(ctx, spec.ID)
+	// By label: a container from the warm pool has an id of its own.
+	cs, err := b.client.Containers(ctx, fmt.Sprintf("labels.%q==%q,labels.%q==%q", labelID, spec.ID, labelOwner, b.cfg.Owner))
 	if err != nil {
-		return nil, "", fmt.Errorf("its container is gone: %v", errText(err))
+		return nil, "", b.classify("find the sandbox's container", err)
 	}
+	if len(cs) != 1 {
+		return nil, "", fmt.Errorf("its container is gone (%d containers carry its labels)", len(cs))
+	}
+	ctr := cs[0]
 	labels, err := ctr.Labels(ctx)
-	if err != nil || labels[labelOwner] != b.cfg.Owner {
-		return nil, "", fmt.Errorf("container %s belongs to another sandboxd (state directory %q)", spec.ID, labels[labelOwner])
+	if err != nil {
+		return nil, "", b.classify("read the container's labels", err)
+	}
+	l, ownDir, err := b.layoutOf(spec, labels)
+	if err != nil {
+		return nil, "", err
 	}
 	s, err := ctr.Spec(ctx)
 	if err != nil {
@@ -178,11 +206,29 @@ func (b *Backend) adopt(ctx context.Context, spec backends.Spec) (*sandbox, stri
 	}
 	workdir := defaultWD
 	for _, m := range s.Mounts {
-		if m.Source == (layout{spec.Dir}).workspace() {
+		if m.Source == l.workspace() {
 			workdir = m.Destination
 		}
 	}
-	return b.newSandbox(spec, workdir, ctr, task, s), "", nil
+	sb := b.newSandbox(spec, workdir, ctr, task, s)
+	sb.l, sb.ownDir = l, ownDir
+	return sb, "", nil
+}
+
+// layoutOf is where the directories of spec's container are: Spec.Dir, or
+// a directory of the warm pool's (never anywhere else, whatever a label
+// says).
+func (b *Backend) layoutOf(spec backends.Spec, labels map[string]string) (layout, bool, error) {
+	dir := labels[labelLayout]
+	switch {
+	case dir == "" || dir == spec.Dir:
+		return layout{spec.Dir}, false, nil
+	case b.pool != nil && filepath.Dir(dir) == b.pool.dir:
+		return layout{dir}, true, nil
+	case filepath.Dir(dir) == filepath.Join(b.cfg.Owner, poolDirName):
+		return layout{dir}, true, nil
+	}
+	return layout{}, false, fmt.Errorf("its container's directory %q is not this daemon's", dir)
 }
 
 // ID implements backends.Sandbox.
@@ -231,6 +277,11 @@ func (s *sandbox) Destroy(ctx context.Context) error {
 	err := removeContainer(ctx, s.ctr)
 	for _, p := range ps {
 		p.stop()
+	}
+	if err == nil && s.ownDir {
+		if rerr := os.RemoveAll(s.l.dir); rerr != nil {
+			err = rerr
+		}
 	}
 	if err != nil && !errdefs.IsNotFound(err) {
 		return s.b.classify("remove the container", err)

@@ -246,7 +246,7 @@ func (b *Backend) buildSpec(ctx context.Context, spec backends.Spec, host bool, 
 	if err != nil {
 		return nil, err
 	}
-	s.Hostname = hostname(spec.ID)
+	s.Hostname = containerHostname
 	s.Process.Args = []string{helperPath, sbinit.Arg, sbinit.ModeInit}
 	s.Process.Env = env
 	s.Process.Cwd = "/"
@@ -340,13 +340,9 @@ func maxFiles() uint64 {
 
 func ptr[T any](v T) *T { return &v }
 
-// hostname is the container's host name: the sandbox id, as DNS allows it.
-func hostname(id string) string {
-	if len(id) > 63 {
-		id = id[:63]
-	}
-	return id
-}
+// containerHostname is every container's host name: a sandbox may come
+// from the warm pool, made before its id was known.
+const containerHostname = "sandbox"
 
 // envList renders an environment map for an OCI process, sorted.
 func envList(m map[string]string) []string {
