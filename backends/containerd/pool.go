@@ -47,6 +47,10 @@ type pool struct {
 	wg      sync.WaitGroup
 }
 
+// refillDelay is how long after handing out a container the pool starts
+// making its replacement.
+const refillDelay = 300 * time.Millisecond
+
 func newPool(b *Backend, size int, limits api.Limits, dir string) *pool {
 	n := make([]byte, 4)
 	_, _ = rand.Read(n)
@@ -135,7 +139,9 @@ func (p *pool) take(ctx context.Context, spec backends.Spec) *sandbox {
 	if p == nil || p.size <= 0 || !p.matches(spec) {
 		return nil
 	}
-	defer p.kick()
+	// Refill a little later: a new sandbox's first action usually comes
+	// at once, and runc making the next container would slow it down.
+	defer time.AfterFunc(refillDelay, p.kick)
 	for {
 		p.mu.Lock()
 		if len(p.ready) == 0 {
