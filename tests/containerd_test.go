@@ -121,6 +121,33 @@ func TestContainerdSandbox(t *testing.T) {
 	}
 }
 
+// TestContainerdWorkdirAndHostNetwork: a workdir of the caller's choice,
+// and the host's network on request.
+func TestContainerdWorkdirAndHostNetwork(t *testing.T) {
+	d := startDaemon(t)
+	c := d.client()
+	requireContainerd(t, c)
+	id := newContainerd(t, d, api.CreateSandboxRequest{Workdir: "/app/src", Network: api.NetworkHost})
+	sb, err := c.GetSandbox(ctxT(t, 10*time.Second), id)
+	if err != nil || sb.Workdir != "/app/src" || sb.Network != api.NetworkHost {
+		t.Fatalf("sandbox %+v %v", sb, err)
+	}
+	wantRun(t, run(t, c, id, "pwd; touch made-here"), 0, "/app/src\n")
+	if o, err := c.ReadFile(ctxT(t, 10*time.Second), id, "/app/src/made-here"); err != nil || o.Path != "/app/src/made-here" {
+		t.Errorf("read in the workdir: %+v %v", o, err)
+	}
+	o := run(t, c, id, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | sort | tr '\\n' ' '")
+	if strings.TrimSpace(o.Output) == "lo" {
+		t.Errorf("network host sees only loopback: %q", o.Output)
+	}
+	for _, wd := range []string{"relative", "/", "/proc/x", "/usr/local"} {
+		_, err := c.CreateSandbox(ctxT(t, 30*time.Second), api.CreateSandboxRequest{Backend: api.BackendContainerd, Workdir: wd})
+		if !errors.Is(err, client.ErrInvalidArgument) {
+			t.Errorf("workdir %q: %v, want invalid_argument", wd, err)
+		}
+	}
+}
+
 // TestContainerdIsolation probes what a sandbox must not be able to do.
 func TestContainerdIsolation(t *testing.T) {
 	d := startDaemon(t)

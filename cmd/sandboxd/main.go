@@ -19,7 +19,7 @@ const usage = `sandboxd — an execution runtime for AI agents.
 
 Usage:
   sandboxd serve [--listen ADDR]... [--state-dir DIR] [--token-file FILE] [--config FILE]
-  sandboxd create [--backend process|containerd|wasm] [--image host|IMAGE] [--env K=V]... [--label K=V]... [--memory MB] [--pids N] [--cpus N]
+  sandboxd create [--backend process|containerd|wasm] [--image host|IMAGE] [--network none|host] [--workdir DIR] [--env K=V]... [--label K=V]... [--memory MB] [--pids N] [--cpus N]
   sandboxd run SANDBOX [--session NAME] [--timeout SEC] [--hard-timeout SEC] COMMAND...
   sandboxd exec SANDBOX [--cwd DIR] [--env K=V]... [--timeout SEC] [--stdin] -- PROGRAM [ARG]...
   sandboxd ps [--json]

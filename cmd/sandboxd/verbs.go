@@ -122,6 +122,7 @@ func create(ctx context.Context, c *client.Client, args []string, stdout io.Writ
 	backend := fs.String("backend", "", "process, containerd or wasm (default process)")
 	image := fs.String("image", "", "image (containerd)")
 	network := fs.String("network", "", "none or host")
+	workdir := fs.String("workdir", "", "working directory inside a container (default /workspace)")
 	env, labels := kvFlag{}, kvFlag{}
 	fs.Var(env, "env", "environment variable `K=V`; repeatable")
 	fs.Var(labels, "label", "label `K=V`; repeatable")
@@ -133,7 +134,7 @@ func create(ctx context.Context, c *client.Client, args []string, stdout io.Writ
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
 		return errUsage
 	}
-	req := api.CreateSandboxRequest{Backend: *backend, Image: *image, Network: *network, Env: env, Labels: labels}
+	req := api.CreateSandboxRequest{Backend: *backend, Image: *image, Network: *network, Workdir: *workdir, Env: env, Labels: labels}
 	if *memory > 0 || *pids > 0 || *cpus > 0 {
 		req.Limits = &api.Limits{MemoryMB: *memory, Pids: *pids, CPUs: *cpus}
 	}
