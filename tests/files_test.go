@@ -25,22 +25,26 @@ func act(t *testing.T, c *client.Client, id string, a *api.Action) (*api.Observa
 	return c.Act(ctxT(t, 30*time.Second), id, a)
 }
 
-// TestFileActions runs on the process and containerd backends: the file
-// actions mean the same whatever the sandbox's files are.
-func TestFileActions(t *testing.T) {
+// onFileBackends runs test on a process and on a containerd sandbox of one
+// daemon.
+func onFileBackends(t *testing.T, test func(t *testing.T, c *client.Client, id string)) {
 	d := startDaemon(t)
 	c := d.client()
 	for _, backend := range []string{api.BackendProcess, api.BackendContainerd} {
 		t.Run(backend, func(t *testing.T) {
 			if backend == api.BackendContainerd {
 				requireContainerd(t, c)
-				testFileActions(t, c, newContainerd(t, d, api.CreateSandboxRequest{}))
+				test(t, c, newContainerd(t, d, api.CreateSandboxRequest{}))
 				return
 			}
-			testFileActions(t, c, newSandbox(t, c))
+			test(t, c, newSandbox(t, c))
 		})
 	}
 }
+
+// TestFileActions runs on the process and containerd backends: the file
+// actions mean the same whatever the sandbox's files are.
+func TestFileActions(t *testing.T) { onFileBackends(t, testFileActions) }
 
 func testFileActions(t *testing.T, c *client.Client, id string) {
 
@@ -318,20 +322,7 @@ func TestTarUploads(t *testing.T) {
 
 // TestUploadDownloadRoundTrip runs on the process and containerd backends: the file
 // actions mean the same whatever the sandbox's files are.
-func TestUploadDownloadRoundTrip(t *testing.T) {
-	d := startDaemon(t)
-	c := d.client()
-	for _, backend := range []string{api.BackendProcess, api.BackendContainerd} {
-		t.Run(backend, func(t *testing.T) {
-			if backend == api.BackendContainerd {
-				requireContainerd(t, c)
-				testUploadDownloadRoundTrip(t, c, newContainerd(t, d, api.CreateSandboxRequest{}))
-				return
-			}
-			testUploadDownloadRoundTrip(t, c, newSandbox(t, c))
-		})
-	}
-}
+func TestUploadDownloadRoundTrip(t *testing.T) { onFileBackends(t, testUploadDownloadRoundTrip) }
 
 func testUploadDownloadRoundTrip(t *testing.T, c *client.Client, id string) {
 	ctx := ctxT(t, 60*time.Second)

@@ -22,25 +22,6 @@ import (
 	"github.com/sandboxd/sandboxd/internal/imagetest"
 )
 
-// imgRequireContainerd skips (fails in CI) unless the daemon's containerd
-// backend is available, as /v1/info says.
-func imgRequireContainerd(t *testing.T, c *client.Client) {
-	t.Helper()
-	info, err := c.Info(ctxT(t, 10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, b := range info.Backends {
-		if b.Name == api.BackendContainerd {
-			if !b.Available {
-				require(t, "containerd", errors.New(b.Reason))
-			}
-			return
-		}
-	}
-	t.Fatal("no containerd backend in /v1/info")
-}
-
 // imgBusybox builds the busybox test image from the host's static busybox.
 func imgBusybox(t *testing.T) imagetest.Image {
 	t.Helper()
@@ -124,7 +105,7 @@ func imgNames(imgs []api.ImageInfo) []string {
 func TestImages(t *testing.T) {
 	d := startDaemon(t)
 	c := d.client()
-	imgRequireContainerd(t, c)
+	requireContainerd(t, c)
 	ctx := ctxT(t, 5*time.Minute)
 	img := imgBusybox(t)
 	const dockerName, ociName, stdinName = "busybox-test:1", "busybox-oci:1", "busybox-stdin:1"
@@ -306,7 +287,7 @@ func TestImages(t *testing.T) {
 func TestImagesTooLarge(t *testing.T) {
 	d := startDaemon(t, "--set", "containerd.max_image_bytes=100000")
 	c := d.client()
-	imgRequireContainerd(t, c)
+	requireContainerd(t, c)
 	archive, err := imagetest.DockerSave(imagetest.Tagged{Image: imgBusybox(t), Tags: []string{"busybox-too-large:1"}})
 	if err != nil {
 		t.Fatal(err)
