@@ -113,7 +113,7 @@ func TestInProcessAPI(t *testing.T) {
 		"not found":        {errOf(unix.GetSandbox(ctx, "sb-nothere00000")), client.ErrNotFound},
 		"conflict":         {errOf(tcp.Run(ctx, sb.ID, "echo busy")), client.ErrConflict},
 		"invalid argument": {errOf(tcp.Act(ctx, sb.ID, &api.Action{Kind: api.KindExec})), client.ErrInvalidArgument},
-		"unsupported":      {errOf(tcp.Act(ctx, sb.ID, &api.Action{Kind: api.KindIPython, Code: "1"})), client.ErrUnsupported},
+		"unsupported":      {errOf(tcp.Act(ctx, sb.ID, &api.Action{Kind: api.KindBrowser, Op: "snapshot"})), client.ErrUnsupported},
 		"unauthenticated":  {errOf(bad.ListSandboxes(ctx)), client.ErrUnauthenticated},
 	} {
 		if !errors.Is(tc.err, tc.want) {

@@ -49,6 +49,18 @@ type Config struct {
 	Wasm    WasmConfig    `toml:"wasm"`
 
 	Containerd ContainerdConfig `toml:"containerd"`
+	IPython    IPythonConfig    `toml:"ipython"`
+}
+
+// IPythonConfig configures ipython actions.
+type IPythonConfig struct {
+	// Python runs ipykernel in the sandbox; "" is the first of python3 on
+	// the sandbox's PATH and /usr/bin/python3 that can import it.
+	Python string `toml:"python"`
+	// StartTimeout bounds a kernel's start.
+	StartTimeout Duration `toml:"start_timeout"`
+	// DefaultTimeout is a cell's timeout without timeout_s.
+	DefaultTimeout Duration `toml:"default_timeout"`
 }
 
 // ContainerdConfig configures the containerd backend.
@@ -218,6 +230,7 @@ func DefaultConfig() Config {
 			MaxImageBytes: 16 << 30,
 			PoolSize:      1,
 		},
+		IPython: IPythonConfig{StartTimeout: Duration(60 * time.Second), DefaultTimeout: Duration(60 * time.Second)},
 		Files: FilesConfig{
 			MaxReadBytes:       256 << 10,
 			MaxEditBytes:       32 << 20,

@@ -27,6 +27,7 @@ import (
 	"github.com/sandboxd/sandboxd/backends/process"
 	"github.com/sandboxd/sandboxd/backends/wasm"
 	"github.com/sandboxd/sandboxd/executors/bash"
+	"github.com/sandboxd/sandboxd/executors/ipython"
 	execx "github.com/sandboxd/sandboxd/executors/exec"
 	filex "github.com/sandboxd/sandboxd/executors/file"
 	"github.com/valyala/fasthttp"
@@ -228,6 +229,16 @@ func (d *Daemon) fileConfig() filex.Config {
 	c.MaxReadBytes = d.cfg.Files.MaxReadBytes
 	c.MaxEditBytes = d.cfg.Files.MaxEditBytes
 	c.MaxOutputChars = d.cfg.Bash.MaxOutputChars
+	return c
+}
+
+func (d *Daemon) ipythonConfig() ipython.Config {
+	c := ipython.DefaultConfig()
+	c.Python = d.cfg.IPython.Python
+	c.StartTimeout = d.cfg.IPython.StartTimeout.D()
+	c.DefaultTimeout = d.cfg.IPython.DefaultTimeout.D()
+	c.MaxOutputChars = d.cfg.Bash.MaxOutputChars
+	c.Logger = d.log.With("executor", "ipython")
 	return c
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/sandboxd/sandboxd/daemon/eventlog"
 	"github.com/sandboxd/sandboxd/executors"
 	"github.com/sandboxd/sandboxd/executors/bash"
+	"github.com/sandboxd/sandboxd/executors/ipython"
 	execx "github.com/sandboxd/sandboxd/executors/exec"
 	filex "github.com/sandboxd/sandboxd/executors/file"
 	"github.com/sandboxd/sandboxd/internal/atomicfile"
@@ -37,6 +38,9 @@ type meta struct {
 	// Shells are the sessions whose shells outlive the daemon (containerd
 	// sandboxes): the next daemon re-attaches to them.
 	Shells []bash.SessionInfo `json:"shells,omitempty"`
+	// Kernel records that an ipython kernel was started: after a restart
+	// the first cell is told its state is gone.
+	Kernel bool `json:"kernel,omitempty"`
 }
 
 const (
@@ -81,6 +85,7 @@ type sandbox struct {
 	meta       meta
 	sb         backends.Sandbox // nil when lost
 	bash       *bash.Executor
+	ipython    *ipython.Executor
 	exec       *execx.Executor
 	file       *filex.Executor
 	calls      map[string]*call // in flight, by client action id
@@ -305,6 +310,12 @@ func (s *sandbox) setBackend(bsb backends.Sandbox) {
 	}
 	s.sb = bsb
 	s.bash = bash.New(bsb, bc)
+	ic := m.d.ipythonConfig()
+	ic.Cwd = func() (string, bool) { return s.bash.Cwd(api.DefaultSession) }
+	s.ipython = ipython.New(bsb, ic)
+	if s.meta.Kernel {
+		s.ipython.MarkLost()
+	}
 	s.exec = execx.New(bsb, m.d.execConfig())
 	s.file = filex.New(bsb.FS(), m.d.fileConfig())
 }
@@ -700,6 +711,9 @@ func (s *sandbox) act(a *api.Action, live *liveStream) (api.Observation, error) 
 	if newSession {
 		s.meta.Sessions = append(s.meta.Sessions, a.SessionName())
 	}
+	if a.Kind == api.KindIPython && !s.meta.Kernel {
+		s.meta.Kernel, newSession = true, true
+	}
 	s.mu.Unlock()
 	s.m.active.Add(1)
 	if newSession {
@@ -795,10 +809,12 @@ func (s *sandbox) executor(kind string) (executors.Executor, error) {
 		return s.bash, nil
 	case api.KindExec:
 		return s.exec, nil
+	case api.KindIPython:
+		return s.ipython, nil
 	case api.KindFileRead, api.KindFileWrite, api.KindFileEdit:
 		return s.file, nil
 	}
-	return nil, api.Errorf(api.ErrUnsupported, "%s actions are not available in this version of sandboxd (run, interrupt, exec and file.* are)", kind)
+	return nil, api.Errorf(api.ErrUnsupported, "%s actions are not available in this version of sandboxd (run, interrupt, exec, ipython and file.* are)", kind)
 }
 
 // files returns the sandbox's file executor, for the bulk transfer
@@ -867,6 +883,9 @@ func (m *manager) delete(ctx context.Context, id, why string) error {
 	var errs error
 	if s.bash != nil {
 		errs = errors.Join(errs, s.bash.Close(ctx))
+	}
+	if s.ipython != nil {
+		errs = errors.Join(errs, s.ipython.Close(ctx))
 	}
 	if s.sb != nil {
 		errs = errors.Join(errs, s.sb.Destroy(ctx))
@@ -942,6 +961,9 @@ func (m *manager) closeAll(ctx context.Context) {
 				// Shells that outlive the daemon keep running, for the
 				// next daemon to re-attach to.
 				_ = s.bash.Detach(ctx)
+			}
+			if s.ipython != nil {
+				_ = s.ipython.Close(ctx)
 			}
 			if s.sb != nil {
 				if err := s.sb.Close(ctx); err != nil {

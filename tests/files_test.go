@@ -25,9 +25,9 @@ func act(t *testing.T, c *client.Client, id string, a *api.Action) (*api.Observa
 	return c.Act(ctxT(t, 30*time.Second), id, a)
 }
 
-// onFileBackends runs test on a process and on a containerd sandbox of one
+// onBackends runs test on a process and on a containerd sandbox of one
 // daemon.
-func onFileBackends(t *testing.T, test func(t *testing.T, c *client.Client, id string)) {
+func onBackends(t *testing.T, test func(t *testing.T, c *client.Client, id string)) {
 	d := startDaemon(t)
 	c := d.client()
 	for _, backend := range []string{api.BackendProcess, api.BackendContainerd} {
@@ -44,7 +44,7 @@ func onFileBackends(t *testing.T, test func(t *testing.T, c *client.Client, id s
 
 // TestFileActions runs on the process and containerd backends: the file
 // actions mean the same whatever the sandbox's files are.
-func TestFileActions(t *testing.T) { onFileBackends(t, testFileActions) }
+func TestFileActions(t *testing.T) { onBackends(t, testFileActions) }
 
 func testFileActions(t *testing.T, c *client.Client, id string) {
 
@@ -322,7 +322,7 @@ func TestTarUploads(t *testing.T) {
 
 // TestUploadDownloadRoundTrip runs on the process and containerd backends: the file
 // actions mean the same whatever the sandbox's files are.
-func TestUploadDownloadRoundTrip(t *testing.T) { onFileBackends(t, testUploadDownloadRoundTrip) }
+func TestUploadDownloadRoundTrip(t *testing.T) { onBackends(t, testUploadDownloadRoundTrip) }
 
 func testUploadDownloadRoundTrip(t *testing.T, c *client.Client, id string) {
 	ctx := ctxT(t, 60*time.Second)

@@ -232,6 +232,18 @@ func (e *Executor) Detach(ctx context.Context) error {
 	return errs
 }
 
+// Cwd returns the working directory session name's shell reported after
+// its last command, if the session exists and has run one.
+func (e *Executor) Cwd(name string) (string, bool) {
+	s, ended := e.existing(name)
+	if s == nil || ended {
+		return "", false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cwd, s.cwd != ""
+}
+
 // Sessions lists the names of the live sessions.
 func (e *Executor) Sessions() []string {
 	e.mu.Lock()
