@@ -27,9 +27,9 @@ import (
 	"github.com/sandboxd/sandboxd/backends/process"
 	"github.com/sandboxd/sandboxd/backends/wasm"
 	"github.com/sandboxd/sandboxd/executors/bash"
-	"github.com/sandboxd/sandboxd/executors/ipython"
 	execx "github.com/sandboxd/sandboxd/executors/exec"
 	filex "github.com/sandboxd/sandboxd/executors/file"
+	"github.com/sandboxd/sandboxd/executors/ipython"
 	"github.com/valyala/fasthttp"
 	"golang.org/x/sys/unix"
 )

@@ -22,9 +22,9 @@ import (
 	"github.com/sandboxd/sandboxd/daemon/eventlog"
 	"github.com/sandboxd/sandboxd/executors"
 	"github.com/sandboxd/sandboxd/executors/bash"
-	"github.com/sandboxd/sandboxd/executors/ipython"
 	execx "github.com/sandboxd/sandboxd/executors/exec"
 	filex "github.com/sandboxd/sandboxd/executors/file"
+	"github.com/sandboxd/sandboxd/executors/ipython"
 	"github.com/sandboxd/sandboxd/internal/atomicfile"
 )
 
