@@ -186,6 +186,25 @@ func (e *Executor) Execute(ctx context.Context, a *api.Action, out executors.Out
 	return obs, nil
 }
 
+// lockedCapture is a Capture written from two goroutines (a process's
+// stdout and stderr pumps).
+type lockedCapture struct {
+	mu sync.Mutex
+	c  executors.Capture
+}
+
+func (l *lockedCapture) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.c.Write(p)
+}
+
+func (l *lockedCapture) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.c.String()
+}
+
 // errGone is execute's answer when the kernel went away before it took
 // the cell.
 var errGone = errors.New("the kernel is gone")
@@ -206,8 +225,8 @@ type kernel struct {
 	cwd     string
 
 	sb      backends.Sandbox
-	dirRel  string // the socket directory, relative to the FS root
-	stderr  *executors.Capture
+	dirRel  string         // the socket directory, relative to the FS root
+	stderr  *lockedCapture // the kernel process's own stdout and stderr
 	dead    chan struct{}
 	status  backends.ExitStatus
 	waitErr error
@@ -303,7 +322,7 @@ func (e *Executor) start(ctx context.Context) (_ *kernel, err error) {
 		sig:     signer{key: []byte(newID()), session: newID()},
 		iopub:   make(chan message, 1024),
 		replies: make(chan message, 64),
-		stderr:  &executors.Capture{Limit: 2048, Runes: true},
+		stderr:  &lockedCapture{c: executors.Capture{Limit: 2048, Runes: true}},
 	}
 	defer func() {
 		if err != nil {
@@ -418,14 +437,16 @@ func (k *kernel) connect(ctx context.Context, root *os.Root, dirRel string) erro
 		return fmt.Errorf("kernel heartbeat: %w", err)
 	}
 	hb.Close()
-	go k.read(iopub, k.iopub)
-	go k.read(k.shell, k.replies)
+	go k.read(iopub, k.iopub, sockCtx.Done())
+	go k.read(k.shell, k.replies, sockCtx.Done())
 	return nil
 }
 
-// read decodes the messages of one socket until it closes; messages that
-// do not verify are dropped.
-func (k *kernel) read(s zmq4.Socket, ch chan<- message) {
+// read decodes the messages of one socket until it closes or done;
+// messages that do not verify are dropped. A full channel holds the
+// reader back (and ZeroMQ's buffers the kernel) until the next cell drains
+// it: nothing of a cell is dropped.
+func (k *kernel) read(s zmq4.Socket, ch chan<- message, done <-chan struct{}) {
 	defer close(ch)
 	for {
 		m, err := s.Recv()
@@ -438,8 +459,8 @@ func (k *kernel) read(s zmq4.Socket, ch chan<- message) {
 		}
 		select {
 		case ch <- msg:
-		default:
-			// Nobody is reading (no cell runs): old messages go.
+		case <-done:
+			return
 		}
 	}
 }
@@ -456,13 +477,11 @@ func (k *kernel) handshake(ctx context.Context) error {
 	defer tick.Stop()
 	gotReply, gotIOPub := false, false
 	for !gotReply || !gotIOPub {
-		if !gotIOPub || !gotReply {
-			if err := k.send(k.shell, "kernel_info_request", map[string]any{}); err != nil {
-				return err
-			}
+		if err := k.send(k.shell, "kernel_info_request", map[string]any{}); err != nil {
+			return err
 		}
-		wait := true
-		for wait {
+	wait:
+		for !gotReply || !gotIOPub {
 			select {
 			case m, ok := <-k.replies:
 				if !ok {
@@ -475,14 +494,11 @@ func (k *kernel) handshake(ctx context.Context) error {
 				}
 				gotIOPub = true
 			case <-tick.C:
-				wait = false
+				break wait
 			case <-k.dead:
 				return k.startFailure()
 			case <-ctx.Done():
 				return api.Errorf(api.ErrUnavailable, "the kernel did not answer in time: %s", strings.TrimSpace(k.stderr.String()))
-			}
-			if gotReply && gotIOPub {
-				break
 			}
 		}
 	}
