@@ -478,17 +478,23 @@ func (m *manager) adoptLater(waiting []*sandbox) {
 				continue
 			}
 			md := s.meta
-			s.waiting = false
 			if r.Err != nil {
+				s.waiting = false
 				s.meta.Sandbox.Reason = r.Err.Error()
 			} else {
+				// Still waiting (actions answer 503) until its shells
+				// are re-attached: an action now would start a fresh
+				// session in their place.
 				s.setBackend(r.Sandbox)
-				s.meta.Sandbox.State, s.meta.Sandbox.Reason = api.StateRunning, ""
 			}
 			s.mu.Unlock()
 			var resumed map[int64]bool
 			if r.Err == nil {
 				resumed = s.reattach(ctx, md)
+				s.mu.Lock()
+				s.waiting = false
+				s.meta.Sandbox.State, s.meta.Sandbox.Reason = api.StateRunning, ""
+				s.mu.Unlock()
 				m.d.log.Info("sandbox re-adopted now that its backend is back", "sandbox", s.id, "note", r.Note)
 			} else {
 				m.d.log.Warn("sandbox lost", "sandbox", s.id, "reason", r.Err)
@@ -679,7 +685,7 @@ func (s *sandbox) act(a *api.Action, live *liveStream) (api.Observation, error) 
 			return s.replay(a, seq, res)
 		}
 	}
-	if s.sb == nil {
+	if s.sb == nil || s.waiting {
 		waiting, reason := s.waiting, s.meta.Sandbox.Reason
 		s.mu.Unlock()
 		if waiting {
@@ -824,6 +830,9 @@ func (s *sandbox) files() (*filex.Executor, error) {
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, api.Errorf(api.ErrNotFound, "sandbox %q does not exist", s.id)
+	}
+	if s.waiting {
+		return nil, api.Errorf(api.ErrUnavailable, "sandbox %s waits for its backend: %s", s.id, s.meta.Sandbox.Reason)
 	}
 	if s.file == nil {
 		return nil, api.Errorf(api.ErrConflict, "sandbox %s is lost (%s); its files cannot be reached: delete it", s.id, s.meta.Sandbox.Reason)

@@ -117,7 +117,7 @@ func TestBadRequests(t *testing.T) {
 		{"invalid UTF-8", "{\"kind\":\"run\",\"command\":\"touch proof \xff\"}", 400, api.CodeInvalidArgument, "command"},
 		{"not an object", `["run"]`, 400, api.CodeInvalidArgument, "object"},
 		{"empty argv", `{"kind":"exec","argv":[]}`, 400, api.CodeInvalidArgument, "argv"},
-		{"not yet supported kind", `{"kind":"ipython","code":"open('proof','w')"}`, 501, api.CodeUnsupported, "ipython"},
+		{"not yet supported kind", `{"kind":"browser","op":"evaluate","script":"require('fs').writeFileSync('proof','x')"}`, 501, api.CodeUnsupported, "browser"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
