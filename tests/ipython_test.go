@@ -93,6 +93,16 @@ func TestIPython(t *testing.T) {
 		if o.IPythonError == nil || o.IPythonError.EName != "NameError" {
 			t.Fatalf("state after a new kernel: %+v", o)
 		}
+
+		// exit() ends the kernel too; the next cell says so.
+		cell(t, c, id, "w = 1\nexit()", 60)
+		eventually(t, 30*time.Second, "a new kernel after exit()", func() bool {
+			after = cell(t, c, id, "print('w' in dir())", 60)
+			return strings.Contains(after.Note, "died")
+		})
+		if after.Output != "False\n" || !strings.Contains(after.Note, "exit code 0") {
+			t.Fatalf("after exit(): %+v", after)
+		}
 	})
 }
 
