@@ -9,8 +9,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/atomicfile"
 )
@@ -67,7 +70,8 @@ type listener struct {
 	tls  bool
 }
 
-// listen binds every configured address.
+// listen takes the sockets the service manager passed (socket
+// activation), then binds every configured address they do not cover.
 func (d *Daemon) listen() ([]listener, []string, error) {
 	var out []listener
 	var addrs []string
@@ -77,10 +81,41 @@ func (d *Daemon) listen() ([]listener, []string, error) {
 		}
 		return nil, nil, err
 	}
+	inherited, err := activationListeners()
+	if err != nil {
+		return fail(err)
+	}
+	have := map[string]bool{}
+	for _, ln := range inherited {
+		switch a := ln.Addr().(type) {
+		case *net.UnixAddr:
+			// The socket file is the service manager's: it stays when
+			// the daemon stops, for the next activation.
+			ln.(*net.UnixListener).SetUnlinkOnClose(false)
+			out = append(out, listener{ln: ln})
+			addrs = append(addrs, "unix://"+a.Name+" (socket activation)")
+			have["unix:"+a.Name] = true
+		case *net.TCPAddr:
+			tls := d.cfg.TLSCert != ""
+			if !tls && !d.cfg.AllowInsecureListen && !isLoopback(a.String()) {
+				ln.Close()
+				return fail(fmt.Errorf("the socket passed by the service manager listens on %s, not loopback, and there is no TLS: refused (allow_insecure_listen to allow)", a))
+			}
+			out = append(out, listener{ln: ln, auth: true, tls: tls})
+			addrs = append(addrs, "tcp://"+a.String()+" (socket activation)")
+			have["tcp:"+a.String()] = true
+		default:
+			ln.Close()
+			return fail(fmt.Errorf("the service manager passed a %s socket; sandboxd serves unix and tcp only", ln.Addr().Network()))
+		}
+	}
 	for _, a := range d.cfg.Listen {
 		network, addr, err := ParseListen(a)
 		if err != nil {
 			return fail(err)
+		}
+		if have[network+":"+addr] {
+			continue
 		}
 		switch network {
 		case "tcp":
@@ -107,6 +142,38 @@ func (d *Daemon) listen() ([]listener, []string, error) {
 		}
 	}
 	return out, addrs, nil
+}
+
+// activationListeners returns the listening sockets the service manager
+// passed (systemd's LISTEN_PID, LISTEN_FDS: descriptors 3, 4, ...), and
+// unsets those variables so nothing the daemon starts inherits them.
+func activationListeners() ([]net.Listener, error) {
+	pid, fds := os.Getenv("LISTEN_PID"), os.Getenv("LISTEN_FDS")
+	os.Unsetenv("LISTEN_PID")
+	os.Unsetenv("LISTEN_FDS")
+	os.Unsetenv("LISTEN_FDNAMES")
+	if pid == "" || fds == "" || pid != strconv.Itoa(os.Getpid()) {
+		return nil, nil
+	}
+	n, err := strconv.Atoi(fds)
+	if err != nil || n < 0 || n > 64 {
+		return nil, fmt.Errorf("LISTEN_FDS=%q: not a number of sockets", fds)
+	}
+	var out []net.Listener
+	for fd := 3; fd < 3+n; fd++ {
+		unix.CloseOnExec(fd)
+		f := os.NewFile(uintptr(fd), "listen-fd-"+strconv.Itoa(fd))
+		ln, err := net.FileListener(f)
+		f.Close()
+		if err != nil {
+			for _, l := range out {
+				l.Close()
+			}
+			return nil, fmt.Errorf("socket activation: descriptor %d: %w", fd, err)
+		}
+		out = append(out, ln)
+	}
+	return out, nil
 }
 
 // ParseListen splits tcp://HOST:PORT, unix:///PATH or a bare HOST:PORT.
