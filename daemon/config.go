@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bytes"
+	_ "embed"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +14,13 @@ import (
 	"github.com/pelletier/go-toml/v2"
 	"github.com/sandboxd/sandboxd/api"
 )
+
+// DefaultConfigTOML is the default configuration as a commented TOML file
+// (the defaults as root), what `sandboxd config default` prints and
+// `sandboxd install` writes; docs/config.md shows the same.
+//
+//go:embed default.toml
+var DefaultConfigTOML string
 
 // Config is the daemon's configuration: the TOML file (see docs/config.md),
 // then flags on top. Every field has a working default (DefaultConfig).

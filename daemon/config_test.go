@@ -19,6 +19,9 @@ func TestConfigDocIsTheDefault(t *testing.T) {
 		t.Fatal("docs/config.md has no toml block")
 	}
 	block, _, _ = strings.Cut(block, "```")
+	if block != DefaultConfigTOML {
+		t.Fatal("docs/config.md's toml block and daemon/default.toml (what `sandboxd config default` prints) differ")
+	}
 	var got Config
 	if err := DecodeConfig([]byte(block), &got); err != nil {
 		t.Fatalf("the documented config does not decode: %v", err)

@@ -31,6 +31,10 @@ Usage:
   sandboxd image rm IMAGE...
   sandboxd image pull REF                              (needs a registry the daemon's host can reach)
   sandboxd info
+  sandboxd status                                    (the systemd service and the daemon's backends)
+  sandboxd config default                            (the commented default configuration)
+  sandboxd install [--prefix /usr/local] [--enable]  (binary, units, default config; systemctl daemon-reload)
+  sandboxd uninstall [--purge]                       (keeps config and state unless --purge)
   sandboxd version
 
 Client commands reach the daemon at --addr (or $SANDBOXD_ADDR): unix:///PATH,
@@ -80,6 +84,14 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = withClient(ctx, rest, stderr, func(c *client.Client, args []string) error { return events(ctx, c, args, stdout) })
 	case "info":
 		err = withClient(ctx, rest, stderr, func(c *client.Client, args []string) error { return info(ctx, c, args, stdout) })
+	case "config":
+		err = configCmd(rest, stdout)
+	case "install":
+		err = install(ctx, rest, stdout, stderr)
+	case "uninstall":
+		err = uninstall(ctx, rest, stdout, stderr)
+	case "status":
+		err = status(ctx, rest, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, versionString())
 	case "help", "-h", "--help":
