@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"path/filepath"
 	"runtime/debug"
 	"sync"
@@ -300,8 +301,18 @@ func (d *Daemon) Run(ctx context.Context, ready func(addrs []string)) error {
 		ready(addrs)
 	}
 	notify("READY=1\nSTATUS=serving")
+	// The service manager's watchdog: kept alive from this loop, so a
+	// daemon whose loop is stuck stops answering it.
+	var watchdog <-chan time.Time
+	if every := watchdogInterval(); every > 0 {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		watchdog = t.C
+	}
 	for {
 		select {
+		case <-watchdog:
+			notify("WATCHDOG=1")
 		case <-ctx.Done():
 			return d.shutdown()
 		case err := <-errc:
@@ -394,6 +405,19 @@ func (d *Daemon) info(ctx context.Context) api.Info {
 		in.Backends = append(in.Backends, bi)
 	}
 	return in
+}
+
+// watchdogInterval is how often to tell the service manager the daemon is
+// alive: half its WATCHDOG_USEC, if that is set for this process.
+func watchdogInterval() time.Duration {
+	usec, err := strconv.ParseInt(os.Getenv("WATCHDOG_USEC"), 10, 64)
+	if err != nil || usec <= 0 {
+		return 0
+	}
+	if pid := os.Getenv("WATCHDOG_PID"); pid != "" && pid != strconv.Itoa(os.Getpid()) {
+		return 0
+	}
+	return time.Duration(usec) * time.Microsecond / 2
 }
 
 // notify sends a state to the service manager (sd_notify protocol), if
