@@ -365,7 +365,7 @@ func (s *sandbox) alive() bool {
 	return !s.gone
 }
 
-// hostPathExists reports whether the container's init is still there to
+// initAlive reports whether the container's init is still there to
 // reach files through.
 func (s *sandbox) initAlive() bool {
 	_, err := os.Stat(s.rootDir())

@@ -141,7 +141,6 @@ func (e *Executor) Reattach(ctx context.Context, infos []SessionInfo, running ma
 		s := e.emptySession(info.Name, info.Nonce)
 		s.handle = info.Handle
 		s.running = running[info.Name]
-		s.reattached = true
 		p, err := r.Reattach(ctx, info.Handle, s)
 		if err != nil {
 			e.log.Info("bash session not re-attached", "session", info.Name, "err", err)
@@ -520,7 +519,6 @@ type session struct {
 	endCode  int
 	hard     *time.Timer
 
-	reattached  bool // a later daemon's session: the shell predates it
 	unknownExit bool // the command ended unseen (see Executor.Resume)
 }
 
