@@ -28,14 +28,6 @@ import (
 	"github.com/sandboxd/sandboxd/backends/containerd/sbinit"
 )
 
-// After a process exits, Wait keeps reading its output until the FIFOs
-// end; if children it started hold them open, it stops once nothing has
-// arrived for drainIdle (or, for a chatty child, after drainMax).
-const (
-	drainIdle = 100 * time.Millisecond
-	drainMax  = 5 * time.Second
-)
-
 // proc is one task exec.
 type proc struct {
 	s     *sandbox
@@ -182,14 +174,14 @@ func removeFIFOs(cfg cio.Config) error {
 // run pumps the output and waits for the exit in the background.
 func (p *proc) run(exitCh <-chan client.ExitStatus, stdout, stderr io.Writer) {
 	var pumps sync.WaitGroup
-	var lastRead atomic.Int64
+	var clock backends.OutputClock
 	pump := func(w io.Writer, r io.Reader) {
 		defer pumps.Done()
 		buf := make([]byte, 64<<10)
 		for {
 			n, err := r.Read(buf)
 			if n > 0 {
-				lastRead.Store(time.Now().UnixNano())
+				clock.Tick()
 				if w != nil {
 					_, _ = w.Write(buf[:n])
 				}
@@ -214,27 +206,13 @@ func (p *proc) run(exitCh <-chan client.ExitStatus, stdout, stderr io.Writer) {
 		}
 		drained := make(chan struct{})
 		go func() { pumps.Wait(); close(drained) }()
-		exited := time.Now()
-		tick := time.NewTicker(drainIdle / 4)
-	drain:
-		for {
-			select {
-			case <-drained:
-				break drain
-			case now := <-tick.C:
-				idle := now.Sub(time.Unix(0, lastRead.Load()))
-				if idle >= drainIdle || now.Sub(exited) >= drainMax {
-					p.dio.Cancel()
-					_ = p.dio.Stdout.Close()
-					if p.dio.Stderr != nil {
-						_ = p.dio.Stderr.Close()
-					}
-					<-drained
-					break drain
-				}
+		backends.Drain(drained, &clock, time.Now(), func() {
+			p.dio.Cancel()
+			_ = p.dio.Stdout.Close()
+			if p.dio.Stderr != nil {
+				_ = p.dio.Stderr.Close()
 			}
-		}
-		tick.Stop()
+		})
 		p.err = err
 		if err == nil {
 			p.status = exitStatus(st)

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -49,14 +48,6 @@ func (s *sandbox) FS() backends.FS {
 // daemon, as root, is not bound by RLIMIT_NPROC itself; the child inherits
 // it and is, from its first instruction as the sandbox's user.
 var spawnMu sync.Mutex
-
-// After the process exits, Wait keeps reading its output until the pipes
-// end; if children it started hold them open, it stops once nothing has
-// arrived for drainIdle (or, for a chatty child, after drainMax).
-const (
-	drainIdle = 100 * time.Millisecond
-	drainMax  = 5 * time.Second
-)
 
 // Start implements backends.Sandbox.
 func (s *sandbox) Start(ctx context.Context, ps backends.ProcessSpec) (backends.Process, error) {
@@ -424,12 +415,12 @@ func (p *proc) closeFiles() {
 
 func (p *proc) start(stdin io.Reader) {
 	var pumps sync.WaitGroup
-	var lastRead atomic.Int64
+	var clock backends.OutputClock
 	for _, pm := range p.pumps {
 		pumps.Add(1)
 		go func(pm pump) {
 			defer pumps.Done()
-			copyOut(pm.w, pm.r, &lastRead)
+			copyOut(pm.w, pm.r, &clock)
 		}(pm)
 	}
 	if p.stdin != nil {
@@ -442,28 +433,13 @@ func (p *proc) start(stdin io.Reader) {
 		state, err := p.osp.Wait()
 		drained := make(chan struct{})
 		go func() { pumps.Wait(); close(drained) }()
-		exited := time.Now()
-		tick := time.NewTicker(drainIdle / 4)
-	drain:
-		for {
-			select {
-			case <-drained:
-				break drain
-			case now := <-tick.C:
-				idle := now.Sub(time.Unix(0, lastRead.Load()))
-				if idle >= drainIdle || now.Sub(exited) >= drainMax {
-					// Something the process started holds its output
-					// open; stop reading so Wait returns. Closing the
-					// read ends unblocks the pumps.
-					for _, pm := range p.pumps {
-						pm.r.Close()
-					}
-					<-drained
-					break drain
-				}
+		// Something the process started may hold its output open;
+		// closing the read ends unblocks the pumps.
+		backends.Drain(drained, &clock, time.Now(), func() {
+			for _, pm := range p.pumps {
+				pm.r.Close()
 			}
-		}
-		tick.Stop()
+		})
 		for _, pm := range p.pumps {
 			pm.r.Close()
 		}
@@ -500,14 +476,14 @@ var pumpBufs = sync.Pool{New: func() any { b := make([]byte, 128<<10); return &b
 
 // copyOut reads r until it ends and hands every chunk to w. A terminal's
 // master reports EIO once the last slave is closed: that is its EOF.
-func copyOut(w io.Writer, r *os.File, lastRead *atomic.Int64) {
+func copyOut(w io.Writer, r *os.File, clock *backends.OutputClock) {
 	bp := pumpBufs.Get().(*[]byte)
 	defer pumpBufs.Put(bp)
 	buf := *bp
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
-			lastRead.Store(time.Now().UnixNano())
+			clock.Tick()
 			if w != nil {
 				_, _ = w.Write(buf[:n])
 			}
