@@ -46,6 +46,8 @@ type Observation struct {
 	AXTree       string
 	Screenshot   string
 	BrowserError string
+	// Result is an evaluate op's value as JSON ("undefined" for none).
+	Result string
 
 	Truncated bool
 	// Note tells the caller something it did not ask about but must know:
@@ -160,6 +162,9 @@ func (o Observation) MarshalJSON() ([]byte, error) {
 		w.field("screenshot", o.Screenshot)
 		w.field("error", o.BrowserError)
 		w.field("truncated", o.Truncated)
+		if o.Result != "" {
+			w.field("result", o.Result)
+		}
 	}
 	if o.Note != "" {
 		w.field("note", o.Note)
@@ -199,6 +204,7 @@ type observationJSON struct {
 	Text           string          `json:"text"`
 	AXTree         string          `json:"axtree"`
 	Screenshot     string          `json:"screenshot"`
+	Result         string          `json:"result"`
 	Truncated      bool            `json:"truncated"`
 	Note           string          `json:"note"`
 	Lost           bool            `json:"lost"`
@@ -218,7 +224,7 @@ func (o *Observation) UnmarshalJSON(data []byte) error {
 		Stderr: j.Stderr, OOMKilled: j.OOMKilled, DurationMS: j.DurationMS,
 		Images: j.Images, ExecutionCount: j.ExecutionCount, Path: j.Path,
 		Content: j.Content, Bytes: j.Bytes, URL: j.URL, Title: j.Title,
-		Text: j.Text, AXTree: j.AXTree, Screenshot: j.Screenshot,
+		Text: j.Text, AXTree: j.AXTree, Screenshot: j.Screenshot, Result: j.Result,
 		Truncated: j.Truncated, Note: j.Note, Lost: j.Lost,
 	}
 	if len(j.Error) == 0 || string(j.Error) == "null" {
