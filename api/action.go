@@ -290,6 +290,9 @@ func Run(command string) *Action { return &Action{Kind: KindRun, Command: comman
 // Exec returns an exec action of argv.
 func Exec(argv ...string) *Action { return &Action{Kind: KindExec, Argv: argv} }
 
+// Browse returns a browser action that opens url.
+func Browse(url string) *Action { return &Action{Kind: KindBrowser, Op: "goto", URL: url} }
+
 // Seconds returns a pointer to s, for TimeoutS.
 func Seconds(s float64) *float64 { return &s }
 

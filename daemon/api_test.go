@@ -104,6 +104,10 @@ func TestInProcessAPI(t *testing.T) {
 	if _, err := tcp.Act(ctx, sb.ID, busy); err != nil {
 		t.Fatal(err)
 	}
+	wsb, err := tcp.CreateSandbox(ctx, api.CreateSandboxRequest{Backend: api.BackendWasm})
+	if err != nil {
+		t.Fatal(err)
+	}
 	bad, _ := client.New("http://"+addr, client.WithToken("not-the-token-not-the-token"))
 	defer bad.Close()
 	for name, tc := range map[string]struct {
@@ -113,7 +117,7 @@ func TestInProcessAPI(t *testing.T) {
 		"not found":        {errOf(unix.GetSandbox(ctx, "sb-nothere00000")), client.ErrNotFound},
 		"conflict":         {errOf(tcp.Run(ctx, sb.ID, "echo busy")), client.ErrConflict},
 		"invalid argument": {errOf(tcp.Act(ctx, sb.ID, &api.Action{Kind: api.KindExec})), client.ErrInvalidArgument},
-		"unsupported":      {errOf(tcp.Act(ctx, sb.ID, &api.Action{Kind: api.KindBrowser, Op: "snapshot"})), client.ErrUnsupported},
+		"unsupported":      {errOf(tcp.Act(ctx, wsb.ID, &api.Action{Kind: api.KindBrowser, Op: "snapshot"})), client.ErrUnsupported},
 		"unauthenticated":  {errOf(bad.ListSandboxes(ctx)), client.ErrUnauthenticated},
 	} {
 		if !errors.Is(tc.err, tc.want) {

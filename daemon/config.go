@@ -58,6 +58,23 @@ type Config struct {
 
 	Containerd ContainerdConfig `toml:"containerd"`
 	IPython    IPythonConfig    `toml:"ipython"`
+	Browser    BrowserConfig    `toml:"browser"`
+}
+
+// BrowserConfig configures browser actions.
+type BrowserConfig struct {
+	// Chromium is the browser run in the sandbox, a path or a name on its
+	// PATH; "" is the first of chromium, chromium-browser, google-chrome
+	// and google-chrome-stable.
+	Chromium string `toml:"chromium"`
+	// StartTimeout bounds a browser's start.
+	StartTimeout Duration `toml:"start_timeout"`
+	// DefaultTimeout is an action's timeout without timeout_s.
+	DefaultTimeout Duration `toml:"default_timeout"`
+	// MaxTextChars caps an observation's text and accessibility tree.
+	MaxTextChars int `toml:"max_text_chars"`
+	// MaxDownloadBytes caps one download into <workdir>/.downloads.
+	MaxDownloadBytes int64 `toml:"max_download_bytes"`
 }
 
 // IPythonConfig configures ipython actions.
@@ -239,6 +256,10 @@ func DefaultConfig() Config {
 			PoolSize:      1,
 		},
 		IPython: IPythonConfig{StartTimeout: Duration(60 * time.Second), DefaultTimeout: Duration(60 * time.Second)},
+		Browser: BrowserConfig{
+			StartTimeout: Duration(30 * time.Second), DefaultTimeout: Duration(30 * time.Second),
+			MaxTextChars: 20000, MaxDownloadBytes: 100 << 20,
+		},
 		Files: FilesConfig{
 			MaxReadBytes:       256 << 10,
 			MaxEditBytes:       32 << 20,

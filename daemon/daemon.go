@@ -28,6 +28,7 @@ import (
 	"github.com/sandboxd/sandboxd/backends/process"
 	"github.com/sandboxd/sandboxd/backends/wasm"
 	"github.com/sandboxd/sandboxd/executors/bash"
+	"github.com/sandboxd/sandboxd/executors/browser"
 	execx "github.com/sandboxd/sandboxd/executors/exec"
 	filex "github.com/sandboxd/sandboxd/executors/file"
 	"github.com/sandboxd/sandboxd/executors/ipython"
@@ -240,6 +241,17 @@ func (d *Daemon) ipythonConfig() ipython.Config {
 	c.DefaultTimeout = d.cfg.IPython.DefaultTimeout.D()
 	c.MaxOutputChars = d.cfg.Bash.MaxOutputChars
 	c.Logger = d.log.With("executor", "ipython")
+	return c
+}
+
+func (d *Daemon) browserConfig() browser.Config {
+	c := browser.DefaultConfig()
+	c.Chromium = d.cfg.Browser.Chromium
+	c.StartTimeout = d.cfg.Browser.StartTimeout.D()
+	c.DefaultTimeout = d.cfg.Browser.DefaultTimeout.D()
+	c.MaxTextChars = d.cfg.Browser.MaxTextChars
+	c.MaxDownloadBytes = d.cfg.Browser.MaxDownloadBytes
+	c.Logger = d.log.With("executor", "browser")
 	return c
 }
 

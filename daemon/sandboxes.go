@@ -22,6 +22,7 @@ import (
 	"github.com/sandboxd/sandboxd/daemon/eventlog"
 	"github.com/sandboxd/sandboxd/executors"
 	"github.com/sandboxd/sandboxd/executors/bash"
+	"github.com/sandboxd/sandboxd/executors/browser"
 	execx "github.com/sandboxd/sandboxd/executors/exec"
 	filex "github.com/sandboxd/sandboxd/executors/file"
 	"github.com/sandboxd/sandboxd/executors/ipython"
@@ -86,6 +87,7 @@ type sandbox struct {
 	sb         backends.Sandbox // nil when lost
 	bash       *bash.Executor
 	ipython    *ipython.Executor
+	browser    *browser.Executor
 	exec       *execx.Executor
 	file       *filex.Executor
 	calls      map[string]*call // in flight, by client action id
@@ -316,6 +318,7 @@ func (s *sandbox) setBackend(bsb backends.Sandbox) {
 	if s.meta.Kernel {
 		s.ipython.MarkLost()
 	}
+	s.browser = browser.New(bsb, m.d.browserConfig())
 	s.exec = execx.New(bsb, m.d.execConfig())
 	s.file = filex.New(bsb.FS(), m.d.fileConfig())
 }
@@ -817,10 +820,12 @@ func (s *sandbox) executor(kind string) (executors.Executor, error) {
 		return s.exec, nil
 	case api.KindIPython:
 		return s.ipython, nil
+	case api.KindBrowser:
+		return s.browser, nil
 	case api.KindFileRead, api.KindFileWrite, api.KindFileEdit:
 		return s.file, nil
 	}
-	return nil, api.Errorf(api.ErrUnsupported, "%s actions are not available in this version of sandboxd (run, interrupt, exec, ipython and file.* are)", kind)
+	return nil, api.Errorf(api.ErrUnsupported, "%s actions are not available in this version of sandboxd (run, interrupt, exec, ipython, browser and file.* are)", kind)
 }
 
 // files returns the sandbox's file executor, for the bulk transfer
@@ -895,6 +900,9 @@ func (m *manager) delete(ctx context.Context, id, why string) error {
 	}
 	if s.ipython != nil {
 		errs = errors.Join(errs, s.ipython.Close(ctx))
+	}
+	if s.browser != nil {
+		errs = errors.Join(errs, s.browser.Close(ctx))
 	}
 	if s.sb != nil {
 		errs = errors.Join(errs, s.sb.Destroy(ctx))
@@ -973,6 +981,9 @@ func (m *manager) closeAll(ctx context.Context) {
 			}
 			if s.ipython != nil {
 				_ = s.ipython.Close(ctx)
+			}
+			if s.browser != nil {
+				_ = s.browser.Close(ctx)
 			}
 			if s.sb != nil {
 				if err := s.sb.Close(ctx); err != nil {

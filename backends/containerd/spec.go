@@ -99,7 +99,7 @@ var hostLinks = []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32"}
 // hostEtc are files and directories of the host's /etc that hold no
 // secrets and that programs need: Debian's alternatives (awk, editor,
 // python links), the dynamic loader's cache and CA certificates.
-var hostEtc = []string{"alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ssl", "ca-certificates", "mime.types", "localtime"}
+var hostEtc = []string{"alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ssl", "ca-certificates", "mime.types", "localtime", "fonts"}
 
 // layout is where a sandbox's host-side directories are.
 type layout struct {
