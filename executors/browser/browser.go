@@ -261,7 +261,6 @@ type instance struct {
 	cfg    Config
 	proc   backends.Process
 	conn   *pipeConn
-	outW   *io.PipeWriter
 	b      *rod.Browser
 	page   *rod.Page
 	cancel context.CancelFunc // ends the event loops
@@ -385,6 +384,12 @@ func (e *Executor) flags() []string {
 		"--no-first-run", "--no-default-browser-check", "--mute-audio", "--hide-scrollbars",
 		"--password-store=basic", "--use-mock-keychain", "--metrics-recording-only",
 		"--noerrdialogs", "--force-color-profile=srgb",
+		// The page is never in front of anyone: do not slow it down as a
+		// background tab.
+		"--disable-background-timer-throttling", "--disable-backgrounding-occluded-windows",
+		"--disable-renderer-backgrounding", "--disable-ipc-flooding-protection",
+		"--disable-hang-monitor", "--disable-prompt-on-repost",
+		"--disable-component-extensions-with-background-pages",
 		"--window-size=" + strconv.Itoa(e.cfg.Width) + "," + strconv.Itoa(e.cfg.Height),
 		"about:blank",
 	}
@@ -397,16 +402,15 @@ func (e *Executor) start(ctx context.Context) (_ *instance, err error) {
 		return nil, err
 	}
 	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
 	in := &instance{
-		cfg: e.cfg, outW: outW, dead: make(chan struct{}),
+		cfg: e.cfg, dead: make(chan struct{}),
 		stderr:    &executors.Capture{Limit: 2048, Runes: true},
 		downloads: map[string]*download{},
 	}
-	in.conn = newPipeConn(inW, outR)
+	in.conn = newPipeConn(inW)
 	argv := append([]string{"/bin/sh", "-c", launch, "sandboxd-browser", e.cfg.Chromium}, e.flags()...)
 	p, err := e.sb.Start(ctx, backends.ProcessSpec{
-		Argv: argv, Stdin: inR, Stdout: outW, Stderr: writerFunc(in.writeStderr),
+		Argv: argv, Stdin: inR, Stdout: in.conn, Stderr: writerFunc(in.writeStderr),
 	})
 	if err != nil {
 		in.conn.Close()
@@ -419,7 +423,7 @@ func (e *Executor) start(ctx context.Context) (_ *instance, err error) {
 	go func() {
 		in.status, in.waitErr = p.Wait(context.Background())
 		// The output has all been delivered: end the reader's stream.
-		outW.Close()
+		in.conn.EndOutput()
 		close(in.dead)
 	}()
 	defer func() {
@@ -557,6 +561,12 @@ func (in *instance) setPage(p *rod.Page) error {
 		return err
 	}
 	if err := (proto.PageEnable{}).Call(c); err != nil {
+		return err
+	}
+	// With the domain on, the renderer keeps its accessibility tree up to
+	// date instead of building one for every snapshot: several times
+	// cheaper per action.
+	if err := (proto.AccessibilityEnable{}).Call(c); err != nil {
 		return err
 	}
 	if err := (proto.EmulationSetDeviceMetricsOverride{Width: in.cfg.Width, Height: in.cfg.Height, DeviceScaleFactor: 1}).Call(c); err != nil {
@@ -921,8 +931,10 @@ const pageTextJS = `(() => {
   const max = %d;
   const root = document.body || document.documentElement;
   const t = root ? (root.innerText || "") : "";
-  if (t.length <= max) return {text: t, n: t.length};
-  return {head: t.slice(0, max / 2), tail: t.slice(t.length - max / 2), n: t.length};
+  const r = {url: location.href, title: document.title, n: t.length};
+  if (t.length <= max) r.text = t;
+  else { r.head = t.slice(0, max / 2); r.tail = t.slice(t.length - max / 2); }
+  return r;
 })()`
 
 // snapshot fills in what every answer carries: url, title, text, the
@@ -932,17 +944,34 @@ func (in *instance) snapshot(ctx context.Context, a *api.Action, obs *api.Observ
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	p := in.page.Context(sctx)
-	info, err := proto.TargetGetTargetInfo{TargetID: in.page.TargetID}.Call(p)
-	if err != nil {
+	// The reads are independent: ask for all of them at once, so their
+	// round trips overlap.
+	var (
+		wg               sync.WaitGroup
+		text             *proto.RuntimeEvaluateResult
+		shot             *proto.PageCaptureScreenshotResult
+		textErr, shotErr error
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		text, textErr = proto.RuntimeEvaluate{Expression: fmt.Sprintf(pageTextJS, in.cfg.MaxTextChars), ReturnByValue: true}.Call(p)
+	}()
+	if a.Op == "screenshot" || a.Screenshot {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			shot, shotErr = proto.PageCaptureScreenshot{Format: proto.PageCaptureScreenshotFormatPng}.Call(p)
+		}()
+	}
+	tree, treeErr := proto.AccessibilityGetFullAXTree{}.Call(p)
+	wg.Wait()
+	if err := errors.Join(textErr, shotErr, treeErr); err != nil {
 		return err
 	}
-	obs.URL, obs.Title = info.TargetInfo.URL, info.TargetInfo.Title
-	res, err := proto.RuntimeEvaluate{Expression: fmt.Sprintf(pageTextJS, in.cfg.MaxTextChars), ReturnByValue: true}.Call(p)
-	if err != nil {
-		return err
-	}
-	if res.ExceptionDetails == nil && res.Result != nil {
-		v := res.Result.Value
+	if text.ExceptionDetails == nil && text.Result != nil {
+		v := text.Result.Value
+		obs.URL, obs.Title = v.Get("url").Str(), v.Get("title").Str()
 		if head := v.Get("head"); !head.Nil() {
 			n := v.Get("n").Int()
 			h, t := head.Str(), v.Get("tail").Str()
@@ -952,19 +981,23 @@ func (in *instance) snapshot(ctx context.Context, a *api.Action, obs *api.Observ
 			obs.Text = v.Get("text").Str()
 		}
 	}
-	tree, err := proto.AccessibilityGetFullAXTree{}.Call(p)
-	if err != nil {
-		return err
+	if obs.URL == "" || strings.HasPrefix(obs.URL, "chrome-error:") {
+		// An error page's location is Chromium's own; the target knows
+		// the URL that failed.
+		info, err := proto.TargetGetTargetInfo{TargetID: in.page.TargetID}.Call(p)
+		if err != nil {
+			return err
+		}
+		obs.URL = info.TargetInfo.URL
+		if obs.Title == "" {
+			obs.Title = info.TargetInfo.Title
+		}
 	}
 	in.noteRoot(tree.Nodes)
 	var cut bool
 	obs.AXTree, cut = formatAXTree(tree.Nodes, in.tag, in.cfg.MaxTextChars)
 	obs.Truncated = obs.Truncated || cut
-	if a.Op == "screenshot" || a.Screenshot {
-		shot, err := proto.PageCaptureScreenshot{Format: proto.PageCaptureScreenshotFormatPng}.Call(p)
-		if err != nil {
-			return err
-		}
+	if shot != nil {
 		obs.Screenshot = base64.StdEncoding.EncodeToString(shot.Data)
 	}
 	return nil

@@ -23,7 +23,7 @@ import (
 )
 
 // needChromium fails in CI and skips elsewhere when there is no Chromium.
-func needChromium(t *testing.T) {
+func needChromium(t testing.TB) {
 	t.Helper()
 	for _, c := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
 		if _, err := exec.LookPath(c); err == nil {
@@ -36,7 +36,7 @@ func needChromium(t *testing.T) {
 	t.Skip("no Chromium on PATH (install the Debian package chromium); skipping")
 }
 
-func sandbox(t *testing.T) backends.Sandbox {
+func sandbox(t testing.TB) backends.Sandbox {
 	t.Helper()
 	dir := t.TempDir()
 	b, err := process.New(process.Config{WorkspaceRoot: filepath.Join(dir, "ws"), TmpRoot: filepath.Join(dir, "tmp")})
