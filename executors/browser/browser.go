@@ -177,12 +177,16 @@ func (e *Executor) Execute(ctx context.Context, a *api.Action, _ executors.Outpu
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	err := in.do(actx, a, &obs)
 	cancel()
+	// A page that did not finish its op may be hung: do not wait long for
+	// it to answer the snapshot.
+	snapWait := 10 * time.Second
 	if err != nil {
 		switch {
 		case in.isDead():
 			obs.BrowserError = fmt.Sprintf("the browser exited during the action (%s); the next action starts a new one", in.deathReason())
 		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
 			obs.BrowserError = fmt.Sprintf("the action did not finish within %s", timeout)
+			snapWait = 2 * time.Second
 		case ctx.Err() != nil:
 			return api.Observation{}, api.Errorf(api.ErrUnavailable, "the sandbox is shutting down")
 		default:
@@ -190,7 +194,7 @@ func (e *Executor) Execute(ctx context.Context, a *api.Action, _ executors.Outpu
 		}
 	}
 	if !in.isDead() {
-		if serr := in.snapshot(ctx, a, &obs); serr != nil {
+		if serr := in.snapshot(ctx, a, &obs, snapWait); serr != nil {
 			if in.isDead() {
 				note = executors.JoinNotes(note, fmt.Sprintf("the browser exited (%s); the next action starts a new one", in.deathReason()))
 			} else if rerr := in.replacePage(ctx); rerr == nil {
@@ -940,8 +944,8 @@ const pageTextJS = `(() => {
 // snapshot fills in what every answer carries: url, title, text, the
 // accessibility tree, and a screenshot when asked. An error means the
 // page did not answer.
-func (in *instance) snapshot(ctx context.Context, a *api.Action, obs *api.Observation) error {
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+func (in *instance) snapshot(ctx context.Context, a *api.Action, obs *api.Observation, wait time.Duration) error {
+	sctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	p := in.page.Context(sctx)
 	// The reads are independent: ask for all of them at once, so their

@@ -230,3 +230,23 @@ func TestBrowserRestartsAfterCrash(t *testing.T) {
 		t.Errorf("after a crash: note %q url %q", obs.Note, obs.URL)
 	}
 }
+
+func TestBrowserHungPage(t *testing.T) {
+	needChromium(t)
+	sb := sandbox(t)
+	e := New(sb, Config{})
+	defer e.Close(context.Background())
+	act(t, e, api.Action{Op: "goto", URL: "data:text/html,<title>loop</title>"})
+	start := time.Now()
+	obs := act(t, e, api.Action{Op: "evaluate", Script: "while (true) {}", TimeoutS: api.Seconds(1)})
+	if !strings.Contains(obs.BrowserError, "did not finish") || !strings.Contains(obs.Note, "stopped responding") {
+		t.Errorf("endless script: error %q note %q", obs.BrowserError, obs.Note)
+	}
+	if d := time.Since(start); d > 40*time.Second {
+		t.Errorf("the hung page took %v to answer", d)
+	}
+	obs = act(t, e, api.Action{Op: "goto", URL: "data:text/html,<title>after</title>"})
+	if obs.Title != "after" || obs.BrowserError != "" {
+		t.Errorf("after the hang: %q %q %q", obs.Title, obs.BrowserError, obs.Note)
+	}
+}
