@@ -262,14 +262,15 @@ func describe(err error) error {
 
 // instance is one running browser.
 type instance struct {
-	cfg    Config
-	proc   backends.Process
-	conn   *pipeConn
-	b      *rod.Browser
-	page   *rod.Page
-	cancel context.CancelFunc // ends the event loops
-	stderr *executors.Capture
-	errMu  sync.Mutex // guards stderr
+	cfg        Config
+	proc       backends.Process
+	conn       *pipeConn
+	b          *rod.Browser
+	page       *rod.Page
+	pageCancel context.CancelFunc // ends the page's event loop
+	cancel     context.CancelFunc // ends the event loops
+	stderr     *executors.Capture
+	errMu      sync.Mutex // guards stderr
 
 	dead    chan struct{}
 	status  backends.ExitStatus
@@ -550,7 +551,15 @@ func (e *Executor) downloadDir() (string, error) {
 
 // setPage makes p the page actions work on: blocked URLs, dialogs and
 // crashes are taken care of.
-func (in *instance) setPage(p *rod.Page) error {
+func (in *instance) setPage(p *rod.Page) (err error) {
+	// The page's event loop ends with the page, not with the browser.
+	ctx, cancel := context.WithCancel(in.b.GetContext())
+	defer func() {
+		if err != nil {
+			cancel()
+		}
+	}()
+	p = p.Context(ctx)
 	c := p
 	if err := (proto.NetworkEnable{}).Call(c); err != nil {
 		return err
@@ -591,7 +600,10 @@ func (in *instance) setPage(p *rod.Page) error {
 		in.crashed = "the page crashed"
 		in.evMu.Unlock()
 	})()
-	in.page = p
+	if in.pageCancel != nil {
+		in.pageCancel()
+	}
+	in.page, in.pageCancel = p, cancel
 	in.resetIDs()
 	return nil
 }
