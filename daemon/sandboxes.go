@@ -42,6 +42,8 @@ type meta struct {
 	// Kernel records that an ipython kernel was started: after a restart
 	// the first cell is told its state is gone.
 	Kernel bool `json:"kernel,omitempty"`
+	// Browser records, the same way, that a browser was started.
+	Browser bool `json:"browser,omitempty"`
 }
 
 const (
@@ -319,6 +321,9 @@ func (s *sandbox) setBackend(bsb backends.Sandbox) {
 		s.ipython.MarkLost()
 	}
 	s.browser = browser.New(bsb, m.d.browserConfig())
+	if s.meta.Browser {
+		s.browser.MarkLost()
+	}
 	s.exec = execx.New(bsb, m.d.execConfig())
 	s.file = filex.New(bsb.FS(), m.d.fileConfig())
 }
@@ -722,6 +727,9 @@ func (s *sandbox) act(a *api.Action, live *liveStream) (api.Observation, error) 
 	}
 	if a.Kind == api.KindIPython && !s.meta.Kernel {
 		s.meta.Kernel, newSession = true, true
+	}
+	if a.Kind == api.KindBrowser && !s.meta.Browser {
+		s.meta.Browser, newSession = true, true
 	}
 	s.mu.Unlock()
 	s.m.active.Add(1)

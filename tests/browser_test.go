@@ -270,3 +270,30 @@ func TestBrowserChurn(t *testing.T) {
 		t.Errorf("profile directories left: %v", profiles)
 	}
 }
+
+// TestBrowserAfterRestart: the browser does not outlive the daemon; after
+// a restart the first browser action starts a new one and says so, and
+// no browser process of the old daemon is left.
+func TestBrowserAfterRestart(t *testing.T) {
+	requireChromium(t)
+	d := startDaemon(t)
+	c := d.unixClient()
+	id := newSandbox(t, c)
+	if o, err := c.Browse(ctxT(t, 60*time.Second), id, "data:text/html,<title>before</title>"); err != nil || o.Title != "before" {
+		t.Fatalf("browse: %+v %v", o, err)
+	}
+	c.Close()
+	d.stop()
+	if procs := processesOf("--remote-debugging-pipe"); len(procs) > 0 {
+		t.Errorf("browser processes outlived the daemon: %v", procs)
+	}
+	d.restart()
+	c = d.client()
+	o := browse(t, c, id, api.Action{Op: "snapshot"})
+	if o.URL != "about:blank" || !strings.Contains(o.Note, "daemon restarted") {
+		t.Fatalf("first action after a restart: %+v", o)
+	}
+	if o = browse(t, c, id, api.Action{Op: "snapshot"}); o.Note != "" {
+		t.Fatalf("second action after a restart: note %q", o.Note)
+	}
+}

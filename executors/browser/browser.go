@@ -87,6 +87,7 @@ type Executor struct {
 
 	mu     sync.Mutex // one action at a time; guards the fields below
 	inst   *instance
+	lost   string // why the previous browser's state is gone, for the next answer
 	closed bool
 }
 
@@ -118,6 +119,14 @@ func New(sb backends.Sandbox, cfg Config) *Executor {
 		cfg.Width, cfg.Height = def.Width, def.Height
 	}
 	return &Executor{sb: sb, cfg: cfg, log: cfg.Logger}
+}
+
+// MarkLost records that a previous daemon run had a browser in this
+// sandbox: the next action is told its pages are gone.
+func (e *Executor) MarkLost() {
+	e.mu.Lock()
+	e.lost = "the daemon restarted since the last browser action: this is a new browser, and the open page, cookies and history are gone"
+	e.mu.Unlock()
 }
 
 // Close shuts the browser down: nothing of it stays running.
@@ -165,6 +174,10 @@ func (e *Executor) Execute(ctx context.Context, a *api.Action, _ executors.Outpu
 			return api.Observation{}, err
 		}
 		e.inst = in
+		if e.lost != "" {
+			note = executors.JoinNotes(note, e.lost)
+			e.lost = ""
+		}
 	}
 	in := e.inst
 	if why := in.takeCrash(); why != "" {
