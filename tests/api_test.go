@@ -117,7 +117,9 @@ func TestBadRequests(t *testing.T) {
 		{"invalid UTF-8", "{\"kind\":\"run\",\"command\":\"touch proof \xff\"}", 400, api.CodeInvalidArgument, "command"},
 		{"not an object", `["run"]`, 400, api.CodeInvalidArgument, "object"},
 		{"empty argv", `{"kind":"exec","argv":[]}`, 400, api.CodeInvalidArgument, "argv"},
-		{"not yet supported kind", `{"kind":"browser","op":"evaluate","script":"require('fs').writeFileSync('proof','x')"}`, 501, api.CodeUnsupported, "browser"},
+		{"unknown browser op", `{"kind":"browser","op":"shell","script":"touch proof"}`, 400, api.CodeInvalidArgument, "shell"},
+		{"browser op without its field", `{"kind":"browser","op":"click"}`, 400, api.CodeInvalidArgument, "target"},
+		{"unknown key", `{"kind":"browser","op":"press","key":"Hyper+q"}`, 400, api.CodeInvalidArgument, "Hyper"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
