@@ -114,6 +114,7 @@ func leftovers(before map[string]bool) []string {
 			}
 		}
 		leaks = append(leaks, containerdLeftovers()...)
+		leaks = append(leaks, dockerLeftovers()...)
 		if len(leaks) == 0 {
 			return nil
 		}
@@ -149,6 +150,20 @@ func containerdLeftovers() []string {
 		out = append(out, "cgroup "+cg)
 	}
 	return out
+}
+
+// dockerLeftovers lists the daemon containers StartDocker made that are
+// still there (nothing if docker is missing).
+func dockerLeftovers() []string {
+	out, err := exec.Command("docker", "ps", "-a", "-q", "--filter", "label=io.sandboxd.daemon").Output()
+	if err != nil {
+		return nil
+	}
+	var leaks []string
+	for _, id := range strings.Fields(string(out)) {
+		leaks = append(leaks, "docker container "+id)
+	}
+	return leaks
 }
 
 // inCI reports whether missing components must fail tests.
