@@ -3,6 +3,7 @@ package tests
 import (
 	"bytes"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"image/png"
 	"net"
@@ -295,5 +296,42 @@ func TestBrowserAfterRestart(t *testing.T) {
 	}
 	if o = browse(t, c, id, api.Action{Op: "snapshot"}); o.Note != "" {
 		t.Fatalf("second action after a restart: note %q", o.Note)
+	}
+}
+
+// TestBrowseCLI: `sandboxd browse` prints the page's text, or its tree,
+// and writes the screenshot; a refused URL is an exit code and a message.
+func TestBrowseCLI(t *testing.T) {
+	requireChromium(t)
+	d := startDaemon(t)
+	c := d.client()
+	id := newSandbox(t, c)
+	cli := func(args ...string) (string, string, error) {
+		var out, errb bytes.Buffer
+		cmd := exec.Command(binary, append([]string{"browse", "--addr", "unix://" + d.sock}, args...)...)
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		return out.String(), errb.String(), err
+	}
+	shot := filepath.Join(t.TempDir(), "page.png")
+	out, stderr, err := cli(id, "data:text/html,<title>CLI</title><h1>From the CLI</h1><button>Push</button>", "--screenshot", shot)
+	if err != nil || !strings.HasPrefix(out, "CLI\n") || !strings.Contains(out, "From the CLI") {
+		t.Fatalf("browse: %v %q %q", err, out, stderr)
+	}
+	f, err := os.Open(shot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := png.Decode(f); err != nil {
+		t.Errorf("the screenshot is not a PNG: %v", err)
+	}
+	if out, _, err = cli(id, "data:text/html,<button>Push</button>", "--tree"); err != nil || !regexp.MustCompile(`\[e\d+\] button "Push"`).MatchString(out) {
+		t.Errorf("browse --tree: %v %q", err, out)
+	}
+	_, stderr, err = cli(id, "file:///etc/passwd")
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(stderr, "refused") {
+		t.Errorf("browse file://: %v %q", err, stderr)
 	}
 }
