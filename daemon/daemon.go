@@ -76,8 +76,10 @@ type Daemon struct {
 	backends map[string]backends.Backend
 	order    []string // backend names in /v1/info order
 	mgr      *manager
-	metrics  *metrics
-	lock     *os.File // flock on the state dir
+	// mcpSessions are the sessions of the MCP endpoint.
+	mcpSessions mcpSessions
+	metrics     *metrics
+	lock        *os.File // flock on the state dir
 
 	stopping atomic.Bool
 	stop     chan struct{} // closed when shutdown begins: streams end

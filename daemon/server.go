@@ -161,6 +161,9 @@ func (d *Daemon) handle(ctx *fasthttp.RequestCtx) {
 			onlyMethod(ctx, method, "GET", "POST")
 		}
 		return
+	case "/mcp":
+		d.mcp(ctx)
+		return
 	case "/v1/images/pull":
 		if onlyMethod(ctx, method, "POST") {
 			d.pullImage(ctx)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/executors"
@@ -465,4 +466,29 @@ func TestConcurrentEdits(t *testing.T) {
 		t.Errorf("g.txt has %d lines, want %d", g, n)
 	}
 	noTemps(t, e.dir)
+}
+
+// TestSameSizeEditMovesMtime: an edit that keeps the size, within the
+// second of the previous write, still changes the whole-second mtime, so
+// caches keyed on (size, mtime) such as Python's __pycache__ see it.
+func TestSameSizeEditMovesMtime(t *testing.T) {
+	e := newEnv(t)
+	e.put("calc.py", "return a - b\n")
+	before, err := os.Stat(e.host("calc.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.mustDo(replace("calc.py", sp("a - b"), sp("a + b")))
+	after, err := os.Stat(e.host("calc.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Size() != before.Size() || after.ModTime().Unix() == before.ModTime().Unix() {
+		t.Errorf("same-size edit: size %d -> %d, mtime second %d -> %d", before.Size(), after.Size(), before.ModTime().Unix(), after.ModTime().Unix())
+	}
+	// An edit that changes the size keeps the real time.
+	e.mustDo(replace("calc.py", sp("a + b"), sp("a + b + 0")))
+	if st, _ := os.Stat(e.host("calc.py")); st.ModTime().After(time.Now().Add(2 * time.Second)) {
+		t.Errorf("mtime moved to %v", st.ModTime())
+	}
 }

@@ -27,6 +27,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 	"unicode/utf8"
 
 	"github.com/sandboxd/sandboxd/api"
@@ -410,6 +411,16 @@ func (e *Executor) replace(root *os.Root, rel string, content []byte, mode fs.Fi
 	tmp, err := e.temp(root, rel, content, mode)
 	if err != nil {
 		return err
+	}
+	// Caches that trust a file's size and whole-second mtime (Python's
+	// __pycache__, for one) would take a same-size edit within the second
+	// for the old file: the agent's fix would not run. Move the mtime to
+	// the next second then.
+	if st, err := root.Lstat(rel); err == nil && st.Mode().IsRegular() && st.Size() == int64(len(content)) {
+		if old := st.ModTime().Unix(); time.Now().Unix() <= old {
+			next := time.Unix(old+1, 0)
+			_ = root.Chtimes(tmp, next, next)
+		}
 	}
 	if err := root.Rename(tmp, rel); err != nil {
 		root.Remove(tmp)
