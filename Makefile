@@ -23,7 +23,7 @@ uninstall:
 	./bin/sandboxd uninstall --prefix $(PREFIX)
 
 test:
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -timeout 60m ./...
 
 # The daemon image without a registry: a Debian root from debootstrap with
 # the image's packages (apt-get in the root: debootstrap's own --include

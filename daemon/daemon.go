@@ -78,8 +78,10 @@ type Daemon struct {
 	mgr      *manager
 	// mcpSessions are the sessions of the MCP endpoint.
 	mcpSessions mcpSessions
-	metrics     *metrics
-	lock        *os.File // flock on the state dir
+	// oh is the OpenHands endpoint's state.
+	oh      openhandsState
+	metrics *metrics
+	lock    *os.File // flock on the state dir
 
 	stopping atomic.Bool
 	stop     chan struct{} // closed when shutdown begins: streams end

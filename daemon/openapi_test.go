@@ -116,6 +116,18 @@ var openapiRoutes = []openapiRoute{
 	{method: "POST", path: "/v1/sandboxes/{id}/actions", body: `{"kind":"file.read","path":"/etc/passwd"}`, want: 403},
 	{method: "GET", path: "/v1/sandboxes/{id}/events", query: "after=0", want: 200},
 	{method: "GET", path: "/v1/sandboxes/{id}/events/{seq}/output", query: "stream=stdout", want: 200},
+	{method: "POST", path: "/mcp", want: 200,
+		body: `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"openapi","version":"0"}}}`},
+	{method: "POST", path: "/mcp", want: 202, body: `{"jsonrpc":"2.0","method":"notifications/initialized"}`},
+	{method: "DELETE", path: "/mcp", want: 404},
+	{method: "GET", path: "/openhands/{ohid}/alive", want: 200},
+	{method: "GET", path: "/openhands/{ohid}/server_info", want: 200},
+	{method: "POST", path: "/openhands/{ohid}/execute_action", want: 200,
+		body: `{"action":{"id":1,"action":"read","args":{"path":"c.txt"}}}`},
+	{method: "POST", path: "/openhands/{ohid}/list_files", body: `{"path":"."}`, want: 200},
+	{method: "POST", path: "/openhands/{ohid}/upload_file", want: 200, contentType: "multipart/form-data; boundary=XyZ",
+		body: "--XyZ\r\nContent-Disposition: form-data; name=\"destination\"\r\n\r\nup\r\n--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"u.txt\"\r\nContent-Type: application/octet-stream\r\n\r\nhi\r\n--XyZ--\r\n"},
+	{method: "GET", path: "/openhands/{ohid}/download_files", query: "path=up", want: 200},
 	{method: "DELETE", path: "/v1/sandboxes/{id}", want: 204},
 }
 
@@ -841,11 +853,12 @@ func (a openapiAnswer) noSuchEndpoint() bool {
 }
 
 func (a openapiAnswer) methodRefused() bool {
-	return a.status == fasthttp.StatusBadRequest && strings.HasPrefix(a.msg, "method ") && a.allow != ""
+	// The MCP transport wants 405 for a GET it does not serve.
+	return (a.status == fasthttp.StatusBadRequest || a.status == fasthttp.StatusMethodNotAllowed) && strings.HasPrefix(a.msg, "method ") && a.allow != ""
 }
 
 func openapiURI(r openapiRoute, id string) string {
-	p := strings.NewReplacer("{id}", id, "{seq}", "1", "{name}", url.PathEscape("sandboxd-openapi/missing:0")).Replace(r.path)
+	p := strings.NewReplacer("{id}", id, "{ohid}", id, "{seq}", "1", "{name}", url.PathEscape("sandboxd-openapi/missing:0")).Replace(r.path)
 	if r.query != "" {
 		p += "?" + r.query
 	}

@@ -108,6 +108,11 @@ func (d *Daemon) authenticate(h fasthttp.RequestHandler) fasthttp.RequestHandler
 	return func(ctx *fasthttp.RequestCtx) {
 		if string(ctx.Path()) != "/v1/health" {
 			got := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)
+			if key := ctx.Request.Header.Peek("X-Session-API-Key"); len(got) == 0 && len(key) > 0 && bytes.HasPrefix(ctx.Path(), []byte("/openhands/")) {
+				// OpenHands' runtime client sends the key in its own
+				// header.
+				got = append([]byte("Bearer "), key...)
+			}
 			if len(got) == 0 {
 				writeError(ctx, api.Errorf(api.ErrUnauthenticated, "missing Authorization: Bearer <token> header"))
 				return
@@ -172,6 +177,10 @@ func (d *Daemon) handle(ctx *fasthttp.RequestCtx) {
 	}
 	if strings.HasPrefix(path, "/v1/images/") {
 		d.image(ctx, method)
+		return
+	}
+	if rest, ok := strings.CutPrefix(path, "/openhands/"); ok {
+		d.openhands(ctx, rest)
 		return
 	}
 	rest, ok := strings.CutPrefix(path, "/v1/sandboxes/")

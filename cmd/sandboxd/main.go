@@ -22,6 +22,7 @@ Usage:
   sandboxd create [--backend process|containerd|wasm] [--image host|IMAGE] [--network none|host] [--workdir DIR] [--env K=V]... [--label K=V]... [--memory MB] [--pids N] [--cpus N]
   sandboxd run SANDBOX [--session NAME] [--timeout SEC] [--hard-timeout SEC] COMMAND...
   sandboxd exec SANDBOX [--cwd DIR] [--env K=V]... [--timeout SEC] [--stdin] -- PROGRAM [ARG]...
+  sandboxd edit SANDBOX view|create|str_replace|insert|undo_edit PATH [--old S] [--new S] [--text S] [--line N]
   sandboxd browse SANDBOX URL [--screenshot FILE] [--tree] [--json] [--timeout SEC]   (prints the page's text)
   sandboxd ps [--json]
   sandboxd rm SANDBOX...
@@ -73,6 +74,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = withClient(ctx, rest, stderr, func(c *client.Client, args []string) error { return runCmd(ctx, c, args, stdout, stderr) })
 	case "exec":
 		err = withClient(ctx, rest, stderr, func(c *client.Client, args []string) error { return execCmd(ctx, c, args, stdin, stdout, stderr) })
+	case "edit":
+		err = withClient(ctx, rest, stderr, func(c *client.Client, args []string) error { return edit(ctx, c, args, stdout) })
 	case "browse":
 		err = withClient(ctx, rest, stderr, func(c *client.Client, args []string) error { return browse(ctx, c, args, stdout, stderr) })
 	case "ps":

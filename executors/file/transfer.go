@@ -5,6 +5,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"slices"
 	"sync"
 
 	"github.com/sandboxd/sandboxd/api"
@@ -210,4 +211,39 @@ func (d *Download) Close() error {
 		d.root = nil
 	}
 	return nil
+}
+
+// List returns the names in the directory at p, directories first and
+// marked with a trailing slash, each group sorted. Links are listed as
+// what they are, not followed.
+func (e *Executor) List(p string) ([]string, error) {
+	root, rel, err := e.rootFor(p)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	name := e.fs.Path(rel)
+	if rel, err = resolve(root, rel); err != nil {
+		return nil, backends.FSError(name, err)
+	}
+	d, err := root.Open(rel)
+	if err != nil {
+		return nil, backends.FSError(name, err)
+	}
+	defer d.Close()
+	ents, err := d.ReadDir(-1)
+	if err != nil {
+		return nil, backends.FSError(name, err)
+	}
+	var dirs, files []string
+	for _, ent := range ents {
+		if ent.IsDir() {
+			dirs = append(dirs, ent.Name()+"/")
+		} else {
+			files = append(files, ent.Name())
+		}
+	}
+	slices.Sort(dirs)
+	slices.Sort(files)
+	return append(dirs, files...), nil
 }
