@@ -83,6 +83,7 @@ var openapiRoutes = []openapiRoute{
 	{method: "GET", path: "/v1/info"},
 	{method: "GET", path: "/metrics"},
 	{method: "GET", path: "/v1/sandboxes"},
+	{method: "GET", path: "/v1/openapi.yaml", want: 200, check: openapiServed},
 	// The images routes answer 503 where containerd is not available, so
 	// they come before a sandbox exists (no status is wanted of them). The
 	// requests change nothing: the archive is no image, the image to pull
@@ -1098,4 +1099,16 @@ func TestOpenAPIObservations(t *testing.T) {
 			}
 		}
 	}
+}
+
+// openapiServed checks that GET /v1/openapi.yaml is the document itself.
+func openapiServed(a openapiAnswer) error {
+	want, err := os.ReadFile("../docs/openapi.yaml")
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(a.body, want) {
+		return fmt.Errorf("GET /v1/openapi.yaml served %d bytes that are not docs/openapi.yaml (%d bytes)", len(a.body), len(want))
+	}
+	return nil
 }

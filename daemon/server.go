@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/api"
+	"github.com/sandboxd/sandboxd/docs"
 	"github.com/sandboxd/sandboxd/daemon/eventlog"
 	filex "github.com/sandboxd/sandboxd/executors/file"
 	"github.com/sandboxd/sandboxd/internal/tarfs"
@@ -168,6 +169,12 @@ func (d *Daemon) handle(ctx *fasthttp.RequestCtx) {
 		return
 	case "/mcp":
 		d.mcp(ctx)
+		return
+	case "/v1/openapi.yaml":
+		if onlyMethod(ctx, method, "GET") {
+			ctx.SetContentType("application/yaml")
+			ctx.SetBody(docs.OpenAPI)
+		}
 		return
 	case "/v1/images/pull":
 		if onlyMethod(ctx, method, "POST") {
