@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/api"
-	"github.com/sandboxd/sandboxd/docs"
 	"github.com/sandboxd/sandboxd/daemon/eventlog"
+	"github.com/sandboxd/sandboxd/docs"
 	filex "github.com/sandboxd/sandboxd/executors/file"
 	"github.com/sandboxd/sandboxd/internal/tarfs"
 	"github.com/valyala/fasthttp"
