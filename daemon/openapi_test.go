@@ -16,7 +16,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,6 +23,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/api"
+	"github.com/sandboxd/sandboxd/internal/openapispec"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
 )
@@ -35,28 +35,8 @@ import (
 // constants; and its observation schemas have exactly the fields
 // api.Observation's JSON has, for exactly the kinds the daemon executes.
 //
-// There is no YAML library in go.mod, so openapiParse is a small extractor
-// that relies on how docs/openapi.yaml is written (and fails loudly when a
-// line does not fit, instead of guessing):
-//   - block style with two-space indentation, no tabs, no flow mappings or
-//     multi-line plain/quoted scalars in the parts it reads;
-//   - block scalars (`key: |`, `key: >-`, `- |`) are skipped whole: every
-//     following line indented deeper than the line that opened them;
-//   - `paths:` is a top-level key; each path is a key indented exactly 2
-//     spaces ("  /v1/x/{id}:"), each operation a key indented exactly 4
-//     spaces named after an HTTP method ("    get:"), and the statuses are
-//     the keys indented exactly 8 spaces under the operation's
-//     "      responses:" ("        \"200\":", "        '404':",
-//     "        200:" or "default:");
-//   - the error codes are the block list (or flow list) under `enum:`
-//     below `code:` in components/schemas/Error;
-//   - each schema is a key indented exactly 4 spaces under
-//     "  schemas:" in components; its required fields are the flow list
-//     "      required: [a, b]" and its properties the keys indented exactly
-//     8 spaces under "      properties:";
-//   - the observation kinds are the "kind: \"#/components/schemas/X\""
-//     entries indented exactly 10 spaces under "        mapping:" in the
-//     discriminator of components/schemas/Observation.
+// internal/openapispec reads the document (there is no YAML library in
+// go.mod); its package comment says how the document must be written.
 
 const openapiPath = "../docs/openapi.yaml"
 
@@ -145,317 +125,10 @@ var openapiNotServed = []openapiRoute{
 	{method: "DELETE", path: "/v1/images/"},
 }
 
-// openapiSpec is what the test reads of the document.
-type openapiSpec struct {
-	// ops maps "METHOD /path/{template}" to the response statuses listed.
-	ops        map[string][]string
-	errorCodes []string
-	// schemas are the fields of components/schemas, by name.
-	schemas map[string]*openapiSchema
-	// observations maps an observation kind to its schema's name.
-	observations map[string]string
-}
+// openapiSpec is the document as internal/openapispec reads it.
+type openapiSpec = openapispec.Spec
 
-// openapiSchema is what the test reads of a schema.
-type openapiSchema struct {
-	required, properties []string
-}
-
-type openapiLine struct {
-	n, indent int
-	text      string // without the indentation and trailing blanks
-}
-
-var (
-	openapiBlockScalar = regexp.MustCompile(`(?:^-|:)\s+[|>][-+1-9]*$`)
-	openapiPathKey     = regexp.MustCompile(`^(/[^\s:'"]*):$`)
-	openapiStatusKey   = regexp.MustCompile(`^(?:"([1-5][0-9][0-9]|default)"|'([1-5][0-9][0-9]|default)'|([1-5][0-9][0-9]|default)):$`)
-	openapiMethods     = []string{"get", "put", "post", "delete", "options", "head", "patch", "trace"}
-)
-
-// openapiLines splits the document into its significant lines: no blanks,
-// no comments, no block scalar content.
-func openapiLines(data string) ([]openapiLine, error) {
-	var out []openapiLine
-	block := -1 // indentation of the line that opened a block scalar
-	for i, raw := range strings.Split(data, "\n") {
-		raw = strings.TrimRight(raw, " \r")
-		text := strings.TrimLeft(raw, " ")
-		indent := len(raw) - len(text)
-		if block >= 0 {
-			if text == "" || indent > block {
-				continue
-			}
-			block = -1
-		}
-		if text == "" || text[0] == '#' {
-			continue
-		}
-		if text[0] == '\t' {
-			return nil, lineError(i+1, "a tab in the indentation")
-		}
-		out = append(out, openapiLine{n: i + 1, indent: indent, text: text})
-		if openapiBlockScalar.MatchString(text) {
-			block = indent
-		}
-	}
-	return out, nil
-}
-
-// lineError reports a line of the document (0: the document as a whole)
-// the extractor cannot read.
-func lineError(n int, format string, args ...any) error {
-	if n == 0 {
-		return fmt.Errorf("%s: %s", openapiPath, fmt.Sprintf(format, args...))
-	}
-	return fmt.Errorf("%s:%d: %s", openapiPath, n, fmt.Sprintf(format, args...))
-}
-
-// openapiSection returns the lines below the key text at indent within ls,
-// up to the next line indented as much or less.
-func openapiSection(ls []openapiLine, indent int, text string) ([]openapiLine, int, bool) {
-	for i, l := range ls {
-		if l.indent != indent || l.text != text {
-			continue
-		}
-		end := i + 1
-		for end < len(ls) && ls[end].indent > indent {
-			end++
-		}
-		return ls[i+1 : end], l.n, true
-	}
-	return nil, 0, false
-}
-
-// openapiParse extracts the operations and error codes of the document.
-func openapiParse(data string) (*openapiSpec, error) {
-	ls, err := openapiLines(data)
-	if err != nil {
-		return nil, err
-	}
-	spec := &openapiSpec{ops: map[string][]string{}}
-
-	paths, n, ok := openapiSection(ls, 0, "paths:")
-	if !ok {
-		return nil, lineError(0, "no top-level paths: block")
-	}
-	if len(paths) == 0 {
-		return nil, lineError(n, "the paths: block is empty")
-	}
-	seenPath := map[string]bool{}
-	var path, op string
-	inResponses := false
-	for _, l := range paths {
-		if l.indent%2 != 0 {
-			return nil, lineError(l.n, "odd indentation %d", l.indent)
-		}
-		switch {
-		case l.indent == 2:
-			m := openapiPathKey.FindStringSubmatch(l.text)
-			if m == nil {
-				return nil, lineError(l.n, "expected a path key like \"  /v1/x:\", got %q", l.text)
-			}
-			path, op, inResponses = m[1], "", false
-			if seenPath[path] {
-				return nil, lineError(l.n, "path %s twice", path)
-			}
-			seenPath[path] = true
-		case l.indent == 4:
-			op, inResponses = "", false
-			key, rest, _ := strings.Cut(l.text, ":")
-			if !slices.Contains(openapiMethods, key) {
-				continue // parameters, summary, ...
-			}
-			if rest != "" {
-				return nil, lineError(l.n, "operation %s of %s is not a block mapping", key, path)
-			}
-			op = strings.ToUpper(key) + " " + path
-			if _, dup := spec.ops[op]; dup {
-				return nil, lineError(l.n, "operation %s twice", op)
-			}
-			spec.ops[op] = nil
-		case l.indent == 6 && op != "":
-			inResponses = l.text == "responses:"
-		case l.indent == 8 && inResponses:
-			m := openapiStatusKey.FindStringSubmatch(l.text)
-			if m == nil {
-				return nil, lineError(l.n, "expected a status key under responses of %s, got %q", op, l.text)
-			}
-			status := m[1] + m[2] + m[3]
-			if slices.Contains(spec.ops[op], status) {
-				return nil, lineError(l.n, "status %s of %s twice", status, op)
-			}
-			spec.ops[op] = append(spec.ops[op], status)
-		}
-	}
-	for op, statuses := range spec.ops {
-		if len(statuses) == 0 {
-			return nil, lineError(0, "operation %s lists no responses", op)
-		}
-	}
-
-	comps, _, ok := openapiSection(ls, 0, "components:")
-	if !ok {
-		return nil, lineError(0, "no top-level components: block")
-	}
-	schemas, n, ok := openapiSection(comps, 2, "schemas:")
-	if !ok {
-		return nil, lineError(n, "no schemas: in components")
-	}
-	if err := openapiErrorCodes(spec, schemas, n); err != nil {
-		return nil, err
-	}
-	if err := openapiSchemas(spec, schemas); err != nil {
-		return nil, err
-	}
-	return spec, nil
-}
-
-// openapiErrorCodes reads the code enum of the Error schema.
-func openapiErrorCodes(spec *openapiSpec, schemas []openapiLine, schemasLine int) error {
-	errSchema, n, ok := openapiSection(schemas, 4, "Error:")
-	if !ok {
-		return lineError(schemasLine, "no Error schema in components/schemas")
-	}
-	ci := slices.IndexFunc(errSchema, func(l openapiLine) bool { return l.text == "code:" })
-	if ci < 0 {
-		return lineError(n, "the Error schema has no code: property")
-	}
-	code := errSchema[ci]
-	for i := ci + 1; i < len(errSchema) && errSchema[i].indent > code.indent; i++ {
-		l := errSchema[i]
-		rest, ok := strings.CutPrefix(l.text, "enum:")
-		if !ok {
-			continue
-		}
-		if rest = strings.TrimSpace(rest); rest != "" {
-			flow, ok := strings.CutPrefix(rest, "[")
-			if flow, ok2 := strings.CutSuffix(flow, "]"); ok && ok2 {
-				for _, v := range strings.Split(flow, ",") {
-					spec.errorCodes = append(spec.errorCodes, openapiUnquote(v))
-				}
-				return nil
-			}
-			return lineError(l.n, "enum of code is neither a block nor a flow list: %q", rest)
-		}
-		for _, item := range errSchema[i+1:] {
-			v, ok := strings.CutPrefix(item.text, "- ")
-			if !ok || item.indent < l.indent {
-				break
-			}
-			spec.errorCodes = append(spec.errorCodes, openapiUnquote(v))
-		}
-		return nil
-	}
-	return lineError(code.n, "the code property of the Error schema has no enum")
-}
-
-// openapiSchemas reads the required fields and the properties of each
-// schema, and the kinds of the Observation schema's discriminator.
-func openapiSchemas(spec *openapiSpec, schemas []openapiLine) error {
-	spec.schemas = map[string]*openapiSchema{}
-	var cur *openapiSchema
-	inProps := false
-	for _, l := range schemas {
-		switch {
-		case l.indent == 4:
-			name, rest, _ := strings.Cut(l.text, ":")
-			if rest != "" || name == "" {
-				return lineError(l.n, "expected a schema key like \"    Name:\", got %q", l.text)
-			}
-			cur, inProps = &openapiSchema{}, false
-			spec.schemas[name] = cur
-		case l.indent == 6:
-			inProps = l.text == "properties:"
-			if rest, ok := strings.CutPrefix(l.text, "required:"); ok {
-				list, ok := openapiFlowList(rest)
-				if !ok {
-					return lineError(l.n, "required is not a flow list like [a, b]: %q", l.text)
-				}
-				cur.required = list
-			}
-		case l.indent == 8 && inProps:
-			key, _, _ := strings.Cut(l.text, ":")
-			cur.properties = append(cur.properties, openapiUnquote(key))
-		}
-	}
-	obs, n, ok := openapiSection(schemas, 4, "Observation:")
-	if !ok {
-		return lineError(0, "no Observation schema in components/schemas")
-	}
-	mi := slices.IndexFunc(obs, func(l openapiLine) bool { return l.indent == 8 && l.text == "mapping:" })
-	if mi < 0 {
-		return lineError(n, "the Observation schema has no discriminator mapping")
-	}
-	spec.observations = map[string]string{}
-	for _, l := range obs[mi+1:] {
-		if l.indent <= 8 {
-			break
-		}
-		kind, ref, ok := strings.Cut(l.text, ":")
-		name, isRef := strings.CutPrefix(openapiUnquote(ref), "#/components/schemas/")
-		if !ok || l.indent != 10 || !isRef {
-			return lineError(l.n, `expected a mapping entry like kind: "#/components/schemas/X", got %q`, l.text)
-		}
-		spec.observations[openapiUnquote(kind)] = name
-	}
-	return nil
-}
-
-// openapiFlowList reads a flow list of plain or quoted scalars.
-func openapiFlowList(v string) ([]string, bool) {
-	v = strings.TrimSpace(v)
-	inner, ok := strings.CutPrefix(v, "[")
-	if inner, ok2 := strings.CutSuffix(inner, "]"); ok && ok2 {
-		var out []string
-		for _, item := range strings.Split(inner, ",") {
-			if item = openapiUnquote(item); item != "" {
-				out = append(out, item)
-			}
-		}
-		return out, true
-	}
-	return nil, false
-}
-
-// checkObservation checks an observation as the daemon answered it against
-// its kind's schema: every required field, and no field the schema does
-// not have.
-func (spec *openapiSpec) checkObservation(body []byte) error {
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(body, &fields); err != nil {
-		return fmt.Errorf("the observation is not a JSON object: %w", err)
-	}
-	var kind string
-	_ = json.Unmarshal(fields["kind"], &kind)
-	name, ok := spec.observations[kind]
-	if !ok {
-		return fmt.Errorf("an observation of kind %q, which the Observation schema's discriminator does not map", kind)
-	}
-	schema := spec.schemas[name]
-	if schema == nil {
-		return fmt.Errorf("the Observation schema maps %q to %s, which is not in components/schemas", kind, name)
-	}
-	for _, f := range schema.required {
-		if _, ok := fields[f]; !ok {
-			return fmt.Errorf("the %s observation has no %q, which %s requires: %s", kind, f, name, body)
-		}
-	}
-	for f := range fields {
-		if !slices.Contains(schema.properties, f) {
-			return fmt.Errorf("the %s observation has %q, which %s does not list: %s", kind, f, name, body)
-		}
-	}
-	return nil
-}
-
-func openapiUnquote(v string) string {
-	v = strings.TrimSpace(v)
-	if len(v) >= 2 && (v[0] == '"' || v[0] == '\'') && v[len(v)-1] == v[0] {
-		return v[1 : len(v)-1]
-	}
-	return v
-}
+func openapiParse(data string) (*openapiSpec, error) { return openapispec.Parse(data) }
 
 func openapiLoad(t *testing.T) *openapiSpec {
 	t.Helper()
@@ -548,25 +221,25 @@ components:
 		"POST /a":        {"201"},
 		"DELETE /b/{id}": {"204"},
 	}
-	if len(spec.ops) != len(want) {
-		t.Errorf("ops = %v, want %v", spec.ops, want)
+	if len(spec.Ops) != len(want) {
+		t.Errorf("ops = %v, want %v", spec.Ops, want)
 	}
 	for op, statuses := range want {
-		if !slices.Equal(spec.ops[op], statuses) {
-			t.Errorf("%s: statuses %v, want %v", op, spec.ops[op], statuses)
+		if !slices.Equal(spec.Ops[op], statuses) {
+			t.Errorf("%s: statuses %v, want %v", op, spec.Ops[op], statuses)
 		}
 	}
-	if !slices.Equal(spec.errorCodes, []string{"a_code", "b_code"}) {
-		t.Errorf("error codes %v", spec.errorCodes)
+	if !slices.Equal(spec.ErrorCodes, []string{"a_code", "b_code"}) {
+		t.Errorf("error codes %v", spec.ErrorCodes)
 	}
-	if o := spec.schemas["Other"]; o == nil || !slices.Equal(o.required, []string{"code", "n"}) || !slices.Equal(o.properties, []string{"code", "n"}) {
+	if o := spec.Schemas["Other"]; o == nil || !slices.Equal(o.Required, []string{"code", "n"}) || !slices.Equal(o.Properties, []string{"code", "n"}) {
 		t.Errorf("schema Other: %+v", o)
 	}
-	if e := spec.schemas["Error"]; e == nil || len(e.required) != 0 || !slices.Equal(e.properties, []string{"error"}) {
+	if e := spec.Schemas["Error"]; e == nil || len(e.Required) != 0 || !slices.Equal(e.Properties, []string{"error"}) {
 		t.Errorf("schema Error: %+v", e)
 	}
-	if !maps.Equal(spec.observations, map[string]string{"k.x": "Other", "y": "Error"}) {
-		t.Errorf("observation kinds %v", spec.observations)
+	if !maps.Equal(spec.Observations, map[string]string{"k.x": "Other", "y": "Error"}) {
+		t.Errorf("observation kinds %v", spec.Observations)
 	}
 
 	const head = "paths:\n  /x:\n    get:\n      responses:\n        \"200\":\ncomponents:\n  schemas:\n"
@@ -932,7 +605,7 @@ func TestOpenAPIRoutes(t *testing.T) {
 			t.Errorf("%s: the router refuses the method: %s", op, a.msg)
 			continue
 		}
-		if statuses, ok := spec.ops[op]; ok && !slices.Contains(statuses, strconv.Itoa(a.status)) && !slices.Contains(statuses, "default") {
+		if statuses, ok := spec.Ops[op]; ok && !slices.Contains(statuses, strconv.Itoa(a.status)) && !slices.Contains(statuses, "default") {
 			t.Errorf("%s answered %d (%s %q), which docs/openapi.yaml does not list for it (it lists %v)", op, a.status, a.code, a.msg, statuses)
 		}
 		if id != fakeID && r.want != 0 {
@@ -946,7 +619,7 @@ func TestOpenAPIRoutes(t *testing.T) {
 			}
 		}
 		if r.path == "/v1/sandboxes/{id}/actions" && a.status == 200 {
-			if err := spec.checkObservation(a.body); err != nil {
+			if err := spec.CheckObservation(a.body); err != nil {
 				t.Errorf("%s %s: %v", r.method, uri, err)
 			}
 		}
@@ -969,11 +642,11 @@ func TestOpenAPIRoutes(t *testing.T) {
 	}
 	var notDocumented, notServed []string
 	for op := range table {
-		if _, ok := spec.ops[op]; !ok {
+		if _, ok := spec.Ops[op]; !ok {
 			notDocumented = append(notDocumented, op)
 		}
 	}
-	for op := range spec.ops {
+	for op := range spec.Ops {
 		if !table[op] {
 			notServed = append(notServed, op)
 		}
@@ -1042,11 +715,11 @@ func TestOpenAPIErrorCodes(t *testing.T) {
 	spec := openapiLoad(t)
 	codes := openapiAPICodes(t)
 	for _, c := range codes {
-		if !slices.Contains(spec.errorCodes, c) {
+		if !slices.Contains(spec.ErrorCodes, c) {
 			t.Errorf("api code %q is missing from the code enum of the Error schema in docs/openapi.yaml", c)
 		}
 	}
-	for _, c := range spec.errorCodes {
+	for _, c := range spec.ErrorCodes {
 		if !slices.Contains(codes, c) {
 			t.Errorf("docs/openapi.yaml lists error code %q, which the api package does not have", c)
 		}
@@ -1067,7 +740,7 @@ func TestOpenAPIObservations(t *testing.T) {
 			executed = append(executed, kind)
 		}
 	}
-	mapped := slices.Sorted(maps.Keys(spec.observations))
+	mapped := slices.Sorted(maps.Keys(spec.Observations))
 	if !slices.Equal(mapped, executed) {
 		t.Errorf("the Observation schema's discriminator maps the kinds %v; the daemon executes %v", mapped, executed)
 	}
@@ -1083,18 +756,18 @@ func TestOpenAPIObservations(t *testing.T) {
 		return slices.Sorted(maps.Keys(m))
 	}
 	for _, kind := range mapped {
-		name := spec.observations[kind]
-		schema := spec.schemas[name]
+		name := spec.Observations[kind]
+		schema := spec.Schemas[name]
 		if schema == nil {
 			t.Errorf("the Observation schema maps %s to %s, which is not in components/schemas", kind, name)
 			continue
 		}
 		always := keys(api.Observation{Kind: kind})
-		if required := slices.Sorted(slices.Values(schema.required)); !slices.Equal(required, always) {
+		if required := slices.Sorted(slices.Values(schema.Required)); !slices.Equal(required, always) {
 			t.Errorf("%s (for %s) requires %v; a %s observation always has %v", name, kind, required, kind, always)
 		}
 		for _, f := range keys(api.Observation{Kind: kind, Note: "n", Lost: true, SessionEnded: true}) {
-			if !slices.Contains(schema.properties, f) {
+			if !slices.Contains(schema.Properties, f) {
 				t.Errorf("%s (for %s) does not list %q, which a %s observation may have", name, kind, f, kind)
 			}
 		}

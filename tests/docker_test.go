@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/internal/openapispec"
 )
 
 // dockerImage is the image the Docker-mode tests run: `make image` builds
@@ -228,11 +230,29 @@ func agentSuite(t *testing.T, c *client.Client) {
 	if o.Title != "Inside" || !strings.Contains(o.AXTree, `button "Go"`) {
 		t.Fatalf("browse: %q %q", o.Title, o.AXTree)
 	}
-	// The event log replays all of it.
+	// The event log replays all of it, and every observation in it has
+	// the fields docs/openapi.yaml says its kind has.
+	doc, err := os.ReadFile("../docs/openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := openapispec.Parse(string(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
 	var kinds []string
 	if err := c.Events(ctx, id, 0, false, func(ev api.Event) error {
-		if ev.Type == api.EventAction {
+		switch ev.Type {
+		case api.EventAction:
 			kinds = append(kinds, ev.Action.Kind)
+		case api.EventObservation:
+			b, err := json.Marshal(ev.Observation)
+			if err != nil {
+				return err
+			}
+			if err := spec.CheckObservation(b); err != nil {
+				t.Errorf("event %d: %v", ev.Seq, err)
+			}
 		}
 		return nil
 	}); err != nil {
