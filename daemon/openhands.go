@@ -3,6 +3,7 @@ package daemon
 import (
 	"archive/tar"
 	"archive/zip"
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"io"
 	"mime"
 	"mime/multipart"
+	"net"
 	"os"
 	"path"
 	"strings"
@@ -580,38 +582,39 @@ func (d *Daemon) ohDownload(ctx *fasthttp.RequestCtx, s *sandbox) {
 		writeError(ctx, err)
 		return
 	}
+	// Streamed, not built in memory: a directory may be large. An error
+	// part way ends the stream, and the client sees a truncated zip.
 	done := s.busy()
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	if dl.Dir {
-		pr, pw := io.Pipe()
-		go func() {
-			_, err := dl.WriteTo(pw)
-			pw.CloseWithError(err)
-		}()
-		err = tarToZip(tar.NewReader(pr), zw, d.cfg.MaxBodyBytes*64)
-		pr.CloseWithError(io.ErrClosedPipe)
-	} else {
-		var w io.Writer
-		if w, err = zw.Create(path.Base(dl.Path)); err == nil {
-			_, err = dl.WriteTo(w)
+	dl.OnClose(done)
+	d.streamWith(ctx, "application/zip", "Content-Disposition: attachment; filename=\"download.zip\"\r\n", func(w *bufio.Writer, conn net.Conn) {
+		zw := zip.NewWriter(deadlineWriter{w, conn})
+		var err error
+		if dl.Dir {
+			pr, pw := io.Pipe()
+			go func() {
+				_, err := dl.WriteTo(pw)
+				pw.CloseWithError(err)
+			}()
+			err = tarToZip(tar.NewReader(pr), zw)
+			pr.CloseWithError(io.ErrClosedPipe)
+		} else {
+			var zf io.Writer
+			if zf, err = zw.Create(path.Base(dl.Path)); err == nil {
+				_, err = dl.WriteTo(zf)
+			} else {
+				dl.Close()
+			}
 		}
-	}
-	done()
-	if err == nil {
-		err = zw.Close()
-	}
-	if err != nil {
-		writeError(ctx, err)
-		return
-	}
-	ctx.SetContentType("application/zip")
-	ctx.Response.Header.Set("Content-Disposition", `attachment; filename="download.zip"`)
-	ctx.SetBody(buf.Bytes())
+		if err == nil {
+			err = zw.Close()
+		}
+		if err != nil {
+			d.log.Debug("openhands download", "sandbox", s.id, "path", dl.Path, "err", err)
+		}
+	})
 }
 
-func tarToZip(tr *tar.Reader, zw *zip.Writer, max int64) error {
-	var total int64
+func tarToZip(tr *tar.Reader, zw *zip.Writer) error {
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
@@ -630,10 +633,6 @@ func tarToZip(tr *tar.Reader, zw *zip.Writer, max int64) error {
 				return err
 			}
 		case tar.TypeReg:
-			total += hdr.Size
-			if total > max {
-				return api.Errorf(api.ErrTooLarge, "the directory is over %d bytes: download it with GET /v1/sandboxes/{id}/files (a tar stream)", max)
-			}
 			w, err := zw.CreateHeader(&zip.FileHeader{Name: name, Method: zip.Deflate, Modified: hdr.ModTime})
 			if err != nil {
 				return err
