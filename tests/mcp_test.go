@@ -27,7 +27,7 @@ func TestMCP(t *testing.T) {
 		}
 	}
 	dir := t.TempDir()
-	install := exec.Command("npm", "install", "--no-audit", "--no-fund", "--loglevel=error", "--prefix", dir, mcpSDK)
+	install := exec.CommandContext(ctxT(t, 5*time.Minute), "npm", "install", "--no-audit", "--no-fund", "--loglevel=error", "--prefix", dir, mcpSDK)
 	if out, err := install.CombinedOutput(); err != nil {
 		require(t, "the MCP SDK from npm ("+mcpSDK+")", fmt.Errorf("%v: %s", err, out))
 	}
