@@ -17,7 +17,7 @@ import (
 
 // inProcess runs a daemon in this process, on a unix socket and a loopback
 // port, and returns clients of both (the TCP one with the token).
-func inProcess(t *testing.T) (unix, tcp *client.Client, addr string) {
+func inProcess(t *testing.T, configure ...func(*daemon.Config)) (unix, tcp *client.Client, addr string) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "sbd-api-")
 	if err != nil {
@@ -39,6 +39,9 @@ func inProcess(t *testing.T) (unix, tcp *client.Client, addr string) {
 	cfg.Process.UIDLockDir = "/run/sandboxd/uids"
 	if os.Geteuid() != 0 {
 		cfg.Process.UIDLockDir = ""
+	}
+	for _, f := range configure {
+		f(&cfg)
 	}
 	d, err := daemon.New(context.Background(), cfg, nil)
 	if err != nil {
@@ -137,3 +140,56 @@ func TestInProcessAPI(t *testing.T) {
 }
 
 func errOf[T any](_ T, err error) error { return err }
+
+// TestAdmission: past max_actions in flight, an action is refused with
+// 429 resource_exhausted before anything is recorded; an interrupt still
+// passes; once the load is gone, actions run again.
+func TestAdmission(t *testing.T) {
+	unix, _, _ := inProcess(t, func(c *daemon.Config) { c.Sandbox.MaxActions = 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sb, err := unix.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := make(chan error, 1)
+	go func() {
+		_, err := unix.Exec(ctx, sb.ID, "sleep", "3")
+		slow <- err
+	}()
+	// Wait until the slow action holds the slot: its record is in the log.
+	for started := false; !started; time.Sleep(10 * time.Millisecond) {
+		if err := unix.Events(ctx, sb.ID, 0, false, func(ev api.Event) error {
+			started = started || ev.Type == api.EventAction
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, refused := unix.Exec(ctx, sb.ID, "true")
+	if !errors.Is(refused, client.ErrResourceExhausted) || !strings.Contains(refused.Error(), "maximum of 1 actions") {
+		t.Fatalf("an action past the cap: %v", refused)
+	}
+	if _, err := unix.Act(ctx, sb.ID, &api.Action{Kind: api.KindInterrupt}); errors.Is(err, client.ErrResourceExhausted) {
+		t.Errorf("an interrupt was refused: %v", err)
+	}
+	if err := <-slow; err != nil {
+		t.Fatal(err)
+	}
+	if o, err := unix.Exec(ctx, sb.ID, "true"); err != nil || *o.ExitCode != 0 {
+		t.Fatalf("after the load: %+v %v", o, err)
+	}
+	// The refused actions left nothing in the log.
+	n := 0
+	if err := unix.Events(ctx, sb.ID, 0, false, func(ev api.Event) error {
+		if ev.Type == api.EventAction && ev.Action.Kind == api.KindExec {
+			n++
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 {
+		t.Errorf("%d exec actions in the log, want 2 (the slow one and the last)", n)
+	}
+}

@@ -146,6 +146,9 @@ type SandboxConfig struct {
 	MaxIdleTimeout Duration `toml:"max_idle_timeout"`
 	// MaxSandboxes caps how many sandboxes may exist at once.
 	MaxSandboxes int `toml:"max_sandboxes"`
+	// MaxActions caps the actions in flight at once, all sandboxes
+	// together (0: no cap); interrupts are always let through.
+	MaxActions int `toml:"max_actions"`
 }
 
 // Limit is one sandbox limit set (defaults or maxima).
@@ -233,6 +236,7 @@ func DefaultConfig() Config {
 			IdleTimeout:    Duration(time.Hour),
 			MaxIdleTimeout: Duration(7 * 24 * time.Hour),
 			MaxSandboxes:   1000,
+			MaxActions:     1024,
 		},
 		Limits: LimitsConfig{
 			Default: Limit{MemoryMB: 2048, Pids: 1024, OutputBytes: 64 << 20},

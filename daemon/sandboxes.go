@@ -710,8 +710,18 @@ func (s *sandbox) act(a *api.Action, live *liveStream) (api.Observation, error) 
 		s.mu.Unlock()
 		return api.Observation{}, err
 	}
+	// Admission: past the cap, refuse before anything is recorded, so a
+	// retry is a clean new attempt. An interrupt lightens the load: it
+	// always passes.
+	n := s.m.active.Add(1)
+	if max := int64(s.m.d.cfg.Sandbox.MaxActions); max > 0 && n > max && a.Kind != api.KindInterrupt {
+		s.m.active.Add(-1)
+		s.mu.Unlock()
+		return api.Observation{}, api.Errorf(api.ErrResourceExhausted, "the daemon runs its maximum of %d actions at once; retry in a moment", max)
+	}
 	seq, err := s.log.Append(&api.Event{Type: api.EventAction, Action: a})
 	if err != nil {
+		s.m.active.Add(-1)
 		s.mu.Unlock()
 		return api.Observation{}, err
 	}
@@ -732,7 +742,6 @@ func (s *sandbox) act(a *api.Action, live *liveStream) (api.Observation, error) 
 		s.meta.Browser, newSession = true, true
 	}
 	s.mu.Unlock()
-	s.m.active.Add(1)
 	if newSession {
 		_ = s.saveMeta()
 	}
