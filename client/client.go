@@ -543,3 +543,31 @@ func (c *Client) WaitHealthy(ctx context.Context) error {
 		}
 	}
 }
+
+// Metrics returns the daemon's unlabelled gauges and counters from
+// /metrics (sandboxd_goroutines, sandboxd_resident_bytes,
+// sandboxd_open_fds, sandboxd_actions_in_flight, ...), by name.
+func (c *Client) Metrics(ctx context.Context) (map[string]float64, error) {
+	resp, err := c.do(ctx, "GET", "/metrics", nil, "")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' || strings.ContainsRune(line, '{') {
+			continue
+		}
+		name, val, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		if v, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
+			out[name] = v
+		}
+	}
+	return out, sc.Err()
+}

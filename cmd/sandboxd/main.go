@@ -24,6 +24,7 @@ Usage:
   sandboxd exec SANDBOX [--cwd DIR] [--env K=V]... [--timeout SEC] [--stdin] -- PROGRAM [ARG]...
   sandboxd edit SANDBOX view|create|str_replace|insert|undo_edit PATH [--old S] [--new S] [--text S] [--line N]
   sandboxd browse SANDBOX URL [--screenshot FILE] [--tree] [--json] [--timeout SEC]   (prints the page's text)
+  sandboxd bench [--clients N] [--sandboxes M] [--duration D] [--backend B] [--mix run=4,exec=4,file=2] [--json]   (load: latency, throughput, errors, daemon before/after)
   sandboxd ps [--json]
   sandboxd rm SANDBOX...
   sandboxd events SANDBOX [--after SEQ] [--follow]
@@ -78,6 +79,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = withClient(ctx, rest, stderr, func(c *client.Client, args []string) error { return edit(ctx, c, args, stdout) })
 	case "browse":
 		err = withClient(ctx, rest, stderr, func(c *client.Client, args []string) error { return browse(ctx, c, args, stdout, stderr) })
+	case "bench":
+		err = withClient(ctx, rest, stderr, func(c *client.Client, args []string) error { return bench(ctx, c, args, stdout) })
 	case "ps":
 		err = withClient(ctx, rest, stderr, func(c *client.Client, args []string) error { return ps(ctx, c, args, stdout) })
 	case "rm":
