@@ -113,12 +113,18 @@ func New(addr string, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// Close releases the client; for a client made by StartLocal it also stops
-// the daemon.
-func (c *Client) Close() error {
+// CloseIdle closes the connections the client keeps open for reuse; the
+// next request opens a new one.
+func (c *Client) CloseIdle() {
 	if tr, ok := c.hc.Transport.(*http.Transport); ok {
 		tr.CloseIdleConnections()
 	}
+}
+
+// Close releases the client; for a client made by StartLocal it also stops
+// the daemon.
+func (c *Client) Close() error {
+	c.CloseIdle()
 	if c.close != nil {
 		f := c.close
 		c.close = nil

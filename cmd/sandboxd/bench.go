@@ -142,7 +142,10 @@ func bench(ctx context.Context, c *client.Client, args []string, stdout io.Write
 		}
 	}
 	ids = nil
-	// What the sandboxes held is let go asynchronously: give it a moment.
+	// The clients' connections are the bench's, not the daemon's: close
+	// them. What the sandboxes held is let go asynchronously: give it a
+	// moment.
+	c.CloseIdle()
 	time.Sleep(time.Second)
 	if rep.DaemonAfter, err = gauges(cctx, c); err != nil {
 		return err
