@@ -156,6 +156,7 @@ func TestBadRequests(t *testing.T) {
 
 func TestSandboxLifecycle(t *testing.T) {
 	d := startDaemon(t)
+	leaks := newLeakCheck(t, d)
 	c := d.client()
 	ctx := ctxT(t, 60*time.Second)
 
@@ -207,6 +208,8 @@ func TestSandboxLifecycle(t *testing.T) {
 	if err := c.DeleteSandbox(ctx, sb.ID); !errors.As(err, &cerr) || cerr.Status != 404 {
 		t.Fatalf("delete twice: %v", err)
 	}
+	c.CloseIdle()
+	leaks.check()
 }
 
 func TestIdleTimeoutDestroysSandbox(t *testing.T) {

@@ -59,10 +59,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "build static sandboxd:", err)
 		os.Exit(1)
 	}
-	before := cgroupParents()
+	before := &leakBaseline{host: hostHoldings(nil)}
 	code := m.Run()
 	os.RemoveAll(dir)
-	if leaks := leftovers(before); len(leaks) > 0 {
+	// Stopping is asynchronous at the very end: give the last daemon a
+	// moment.
+	if leaks := before.leaks(5 * time.Second); len(leaks) > 0 {
 		fmt.Fprintf(os.Stderr, "the tests left these behind:\n  %s\n", strings.Join(leaks, "\n  "))
 		code = 1
 	}
@@ -79,48 +81,11 @@ func cgroupParents() map[string]bool {
 			// leaves it; what would leak is a sandbox's cgroup in it
 			// (see containerdLeftovers).
 			if filepath.Base(m) != e2eNamespace {
-				out[m] = true
+				out["cgroup parent "+m] = true
 			}
 		}
 	}
 	return out
-}
-
-// leftovers reports what the daemons the tests ran did not clean up: cgroup
-// parents that were not there before, and processes of sandbox users
-// (uids from the default uid_base).
-func leftovers(before map[string]bool) []string {
-	var leaks []string
-	// Stopping is asynchronous at the very end: give the last daemon a
-	// moment.
-	for try := 0; try < 50; try++ {
-		leaks = leaks[:0]
-		for dir := range cgroupParents() {
-			if !before[dir] {
-				leaks = append(leaks, "cgroup "+dir)
-			}
-		}
-		ents, _ := os.ReadDir("/proc")
-		for _, e := range ents {
-			b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
-			if err != nil {
-				continue
-			}
-			for _, line := range strings.Split(string(b), "\n") {
-				if f := strings.Fields(strings.TrimPrefix(line, "Uid:")); strings.HasPrefix(line, "Uid:") && len(f) > 0 && len(f[0]) == 10 && f[0] >= "2000000000" && f[0] < "2100000000" {
-					cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-					leaks = append(leaks, fmt.Sprintf("process %s (uid %s): %s", e.Name(), f[0], strings.ReplaceAll(string(cmd), "\x00", " ")))
-				}
-			}
-		}
-		leaks = append(leaks, containerdLeftovers()...)
-		leaks = append(leaks, dockerLeftovers()...)
-		if len(leaks) == 0 {
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return leaks
 }
 
 // containerdLeftovers lists the containers, tasks and sandbox snapshots
