@@ -49,6 +49,10 @@ type Error struct {
 	Status  int // HTTP status
 	Code    api.Code
 	Message string
+	// RetryAfter is how long the daemon asked to wait before trying
+	// again (its Retry-After header, sent with an admission refusal); 0
+	// when it did not say.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("sandboxd: %s (%s)", e.Message, e.Code) }
@@ -170,11 +174,28 @@ func (c *Client) do(ctx context.Context, method, path string, body any, accept s
 
 func decodeError(resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	retry := retryAfter(resp.Header.Get("Retry-After"), time.Now())
 	var eb api.ErrorBody
 	if err := json.Unmarshal(b, &eb); err != nil || eb.Error.Code == "" {
-		return &Error{Status: resp.StatusCode, Code: codeForStatus(resp.StatusCode), Message: strings.TrimSpace(string(b))}
+		return &Error{Status: resp.StatusCode, Code: codeForStatus(resp.StatusCode), Message: strings.TrimSpace(string(b)), RetryAfter: retry}
 	}
-	return &Error{Status: resp.StatusCode, Code: eb.Error.Code, Message: eb.Error.Message}
+	return &Error{Status: resp.StatusCode, Code: eb.Error.Code, Message: eb.Error.Message, RetryAfter: retry}
+}
+
+// retryAfter reads a Retry-After header: delay-seconds or an HTTP date
+// (RFC 9110, 10.2.3). Anything else, or a time already past, is 0.
+func retryAfter(h string, now time.Time) time.Duration {
+	h = strings.TrimSpace(h)
+	if h == "" {
+		return 0
+	}
+	if n, err := strconv.ParseUint(h, 10, 32); err == nil {
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(h); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
 }
 
 // codeForStatus classifies an answer that carried no error body (a proxy,

@@ -193,3 +193,46 @@ func TestAdmission(t *testing.T) {
 		t.Errorf("%d exec actions in the log, want 2 (the slow one and the last)", n)
 	}
 }
+
+func TestMemoryAdmission(t *testing.T) {
+	unix, _, _ := inProcess(t, func(c *daemon.Config) { c.Sandbox.MemoryBudgetMB = 1024 })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	half := api.CreateSandboxRequest{Limits: &api.Limits{MemoryMB: 512}}
+	var ids []string
+	for i := 0; i < 2; i++ {
+		sb, err := unix.CreateSandbox(ctx, half)
+		if err != nil {
+			t.Fatalf("sandbox %d of 512 MB in a 1024 MB budget: %v", i, err)
+		}
+		ids = append(ids, sb.ID)
+	}
+	m, err := unix.Metrics(ctx)
+	if err != nil || m["sandboxd_memory_promised_bytes"] != 1024<<20 || m["sandboxd_memory_available_bytes"] <= 0 {
+		t.Fatalf("metrics: promised %v, available %v (%v)", m["sandboxd_memory_promised_bytes"], m["sandboxd_memory_available_bytes"], err)
+	}
+	// The default limit (2048 MB) and one more half are both past it.
+	for _, req := range []api.CreateSandboxRequest{{}, half} {
+		_, err := unix.CreateSandbox(ctx, req)
+		var cerr *client.Error
+		if !errors.As(err, &cerr) || cerr.Status != 429 || cerr.RetryAfter <= 0 || !strings.Contains(cerr.Message, "past the daemon's memory budget of 1024 MB") {
+			t.Fatalf("a create past the budget: %v", err)
+		}
+	}
+	// The sandboxes in the budget work, and freeing one makes room.
+	if o, err := unix.Exec(ctx, ids[0], "true"); err != nil || *o.ExitCode != 0 {
+		t.Fatalf("exec in a sandbox within the budget: %+v %v", o, err)
+	}
+	if err := unix.DeleteSandbox(ctx, ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := unix.CreateSandbox(ctx, half)
+	if err != nil {
+		t.Fatalf("after a delete freed 512 MB: %v", err)
+	}
+	for _, id := range []string{ids[0], sb.ID} {
+		if err := unix.DeleteSandbox(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

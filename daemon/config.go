@@ -149,6 +149,12 @@ type SandboxConfig struct {
 	// MaxActions caps the actions in flight at once, all sandboxes
 	// together (0: no cap); interrupts are always let through.
 	MaxActions int `toml:"max_actions"`
+	// MemoryBudgetMB caps the sum of the sandboxes' memory limits (0: no
+	// budget); a sandbox without a memory limit counts as all of it.
+	MemoryBudgetMB int64 `toml:"memory_budget_mb"`
+	// MinFreeMemoryMB is the memory that must stay available (host, or
+	// the daemon's cgroup) for new sandboxes and actions (0: no floor).
+	MinFreeMemoryMB int64 `toml:"min_free_memory_mb"`
 }
 
 // Limit is one sandbox limit set (defaults or maxima).
@@ -233,10 +239,11 @@ func DefaultConfig() Config {
 		LogLevel:      "info",
 		LogFormat:     "text",
 		Sandbox: SandboxConfig{
-			IdleTimeout:    Duration(time.Hour),
-			MaxIdleTimeout: Duration(7 * 24 * time.Hour),
-			MaxSandboxes:   1000,
-			MaxActions:     1024,
+			IdleTimeout:     Duration(time.Hour),
+			MaxIdleTimeout:  Duration(7 * 24 * time.Hour),
+			MaxSandboxes:    1000,
+			MaxActions:      1024,
+			MinFreeMemoryMB: 256,
 		},
 		Limits: LimitsConfig{
 			Default: Limit{MemoryMB: 2048, Pids: 1024, OutputBytes: 64 << 20},
@@ -416,6 +423,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Sandbox.MaxSandboxes <= 0 {
 		return errors.New("sandbox.max_sandboxes must be positive")
+	}
+	if c.Sandbox.MaxActions < 0 || c.Sandbox.MemoryBudgetMB < 0 || c.Sandbox.MinFreeMemoryMB < 0 {
+		return errors.New("sandbox.max_actions, sandbox.memory_budget_mb and sandbox.min_free_memory_mb must not be negative")
 	}
 	if c.Files.MaxReadBytes < 100 || c.Files.MaxEditBytes < 100 || c.Files.MaxTransferBytes < 1 || c.Files.MaxTransferEntries < 1 {
 		return errors.New("files limits must be positive (max_read_bytes and max_edit_bytes at least 100)")

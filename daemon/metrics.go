@@ -127,6 +127,13 @@ func (d *Daemon) serveMetrics(ctx *fasthttp.RequestCtx) {
 	if rss, ok := residentBytes(); ok {
 		p("# HELP sandboxd_resident_bytes Resident memory of the daemon.\n# TYPE sandboxd_resident_bytes gauge\nsandboxd_resident_bytes %d\n", rss)
 	}
+	if avail, ok := d.mgr.mem.availableNow(); ok {
+		p("# HELP sandboxd_memory_available_bytes Memory available for new work (host, or the daemon's cgroup when less).\n# TYPE sandboxd_memory_available_bytes gauge\nsandboxd_memory_available_bytes %d\n", avail)
+	}
+	d.mgr.mu.RLock()
+	promised := d.mgr.promisedLocked()
+	d.mgr.mu.RUnlock()
+	p("# HELP sandboxd_memory_promised_bytes The sum of the sandboxes' memory limits (a sandbox without one counts as the memory budget).\n# TYPE sandboxd_memory_promised_bytes gauge\nsandboxd_memory_promised_bytes %d\n", promised<<20)
 	if ents, err := os.ReadDir("/proc/self/fd"); err == nil {
 		p("# HELP sandboxd_open_fds Open file descriptors of the daemon.\n# TYPE sandboxd_open_fds gauge\nsandboxd_open_fds %d\n", len(ents))
 	}

@@ -72,7 +72,10 @@ type manager struct {
 	mu        sync.RWMutex
 	sandboxes map[string]*sandbox
 	creating  int
-	active    atomic.Int64 // actions in flight, all sandboxes
+	// creatingMB is the memory promised to the sandboxes being created.
+	creatingMB int64
+	active     atomic.Int64 // actions in flight, all sandboxes
+	mem        *memoryGate
 }
 
 // sandbox is the daemon's side of one sandbox.
@@ -83,6 +86,8 @@ type sandbox struct {
 	backend backends.Backend
 	log     *eventlog.Log
 	gone    chan struct{} // closed when it is deleted or the daemon stops
+	// memoryMB is its memory limit (0: none), fixed at creation.
+	memoryMB int64
 
 	mu         sync.Mutex
 	meta       meta
@@ -108,7 +113,7 @@ type call struct {
 }
 
 func newManager(d *Daemon) (*manager, error) {
-	m := &manager{d: d, dir: filepath.Join(d.cfg.StateDir, "sandboxes"), sandboxes: map[string]*sandbox{}}
+	m := &manager{d: d, dir: filepath.Join(d.cfg.StateDir, "sandboxes"), sandboxes: map[string]*sandbox{}, mem: newMemoryGate(d.cfg.Sandbox.MinFreeMemoryMB)}
 	if err := os.MkdirAll(m.dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -206,16 +211,27 @@ func (m *manager) create(ctx context.Context, req *api.CreateSandboxRequest) (ap
 	if err := be.Available(ctx); err != nil {
 		return api.Sandbox{}, api.Errorf(api.ErrUnavailable, "the %s backend is not available on this host: %v", name, err)
 	}
+	if err := m.mem.admit("creating a sandbox"); err != nil {
+		return api.Sandbox{}, err
+	}
+	limits := m.effectiveLimits(req.Limits)
 	m.mu.Lock()
 	if len(m.sandboxes)+m.creating >= m.d.cfg.Sandbox.MaxSandboxes {
 		m.mu.Unlock()
 		return api.Sandbox{}, api.Errorf(api.ErrResourceExhausted, "the daemon holds its maximum of %d sandboxes; delete some first", m.d.cfg.Sandbox.MaxSandboxes)
 	}
+	promise := m.promisedMB(limits.MemoryMB)
+	if err := memoryBudget(m.d.cfg.Sandbox.MemoryBudgetMB, m.promisedLocked(), limits.MemoryMB); err != nil {
+		m.mu.Unlock()
+		return api.Sandbox{}, err
+	}
 	m.creating++
+	m.creatingMB += promise
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()
 		m.creating--
+		m.creatingMB -= promise
 		m.mu.Unlock()
 	}()
 
@@ -242,7 +258,7 @@ func (m *manager) create(ctx context.Context, req *api.CreateSandboxRequest) (ap
 	}
 	spec := backends.Spec{
 		ID: id, Dir: dir, Image: image, Env: req.Env, Workdir: req.Workdir,
-		Limits: m.effectiveLimits(req.Limits), Network: network,
+		Limits: limits, Network: network,
 	}
 	bsb, err := be.Create(ctx, spec)
 	if err != nil {
@@ -281,6 +297,25 @@ func (m *manager) create(ctx context.Context, req *api.CreateSandboxRequest) (ap
 	return s.view(), nil
 }
 
+// promisedMB is what a sandbox with memory limit mb takes of the memory
+// budget: a sandbox without a limit may use all of it.
+func (m *manager) promisedMB(mb int64) int64 {
+	if mb <= 0 {
+		return m.d.cfg.Sandbox.MemoryBudgetMB
+	}
+	return mb
+}
+
+// promisedLocked sums the memory promised to the sandboxes, those being
+// created included. m.mu is held.
+func (m *manager) promisedLocked() int64 {
+	n := m.creatingMB
+	for _, s := range m.sandboxes {
+		n += m.promisedMB(s.memoryMB)
+	}
+	return n
+}
+
 // open builds the runtime of a sandbox whose backend part exists (bsb) or
 // is lost (nil).
 func (m *manager) open(be backends.Backend, dir string, md meta, bsb backends.Sandbox) (*sandbox, error) {
@@ -289,7 +324,7 @@ func (m *manager) open(be backends.Backend, dir string, md meta, bsb backends.Sa
 		return nil, err
 	}
 	s := &sandbox{
-		m: m, id: md.Sandbox.ID, dir: dir, backend: be, log: log,
+		m: m, id: md.Sandbox.ID, dir: dir, backend: be, log: log, memoryMB: md.Sandbox.Limits.MemoryMB,
 		gone: make(chan struct{}), meta: md, sb: bsb,
 		calls: map[string]*call{}, lastActive: time.Now(),
 	}
@@ -718,6 +753,13 @@ func (s *sandbox) act(a *api.Action, live *liveStream) (api.Observation, error) 
 		s.m.active.Add(-1)
 		s.mu.Unlock()
 		return api.Observation{}, api.Errorf(api.ErrResourceExhausted, "the daemon runs its maximum of %d actions at once; retry in a moment", max)
+	}
+	if a.Kind != api.KindInterrupt {
+		if err := s.m.mem.admit("the action"); err != nil {
+			s.m.active.Add(-1)
+			s.mu.Unlock()
+			return api.Observation{}, err
+		}
 	}
 	seq, err := s.log.Append(&api.Event{Type: api.EventAction, Action: a})
 	if err != nil {

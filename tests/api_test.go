@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -299,4 +300,68 @@ func TestStartupRefusals(t *testing.T) {
 	}
 	// The first daemon is unaffected.
 	wantRun(t, run(t, d.client(), newSandbox(t, d.client()), "echo ok"), 0, "ok\n")
+}
+
+// TestMemoryFloor: past the free-memory floor, creates and actions are
+// refused with 429 and Retry-After, nothing is recorded for them, the
+// daemon keeps serving everything else, and work resumes once memory is
+// there again. A floor above the host's memory stands in for a host that
+// ran out.
+func TestMemoryFloor(t *testing.T) {
+	d := startDaemon(t)
+	c := d.client()
+	ctx := ctxT(t, 2*time.Minute)
+	id := newSandbox(t, c)
+	wantRun(t, run(t, c, id, "echo before"), 0, "before\n")
+
+	base := d.extra
+	d.extra = append(slices.Clone(base), "--set", "sandbox.min_free_memory_mb=100000000")
+	c.CloseIdle()
+	d.stop()
+	d.restart()
+	leaks := newLeakCheck(t, d)
+	refused := func(what string, err error) {
+		t.Helper()
+		var cerr *client.Error
+		if !errors.As(err, &cerr) || cerr.Status != 429 || cerr.Code != api.CodeResourceExhausted || cerr.RetryAfter <= 0 ||
+			!strings.Contains(cerr.Message, "of memory is available, under the daemon's floor of 100000000 MB") {
+			t.Fatalf("%s under the floor: %v", what, err)
+		}
+	}
+	_, err := c.Run(ctx, id, "echo during")
+	refused("an action", err)
+	_, err = c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+	refused("a create", err)
+	if _, err := c.Act(ctx, id, &api.Action{Kind: api.KindInterrupt}); errors.Is(err, client.ErrResourceExhausted) {
+		t.Errorf("an interrupt was refused: %v", err)
+	}
+	if err := c.Health(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if list, err := c.ListSandboxes(ctx); err != nil || len(list) != 1 {
+		t.Fatalf("list under the floor: %v %v", list, err)
+	}
+
+	d.extra = base
+	c.CloseIdle()
+	d.stop()
+	d.restart()
+	wantRun(t, run(t, c, id, "echo after"), 0, "after\n")
+	var runs []string
+	if err := c.Events(ctx, id, 0, false, func(ev api.Event) error {
+		if ev.Type == api.EventAction && ev.Action.Kind == api.KindRun {
+			runs = append(runs, ev.Action.Command)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(runs, []string{"echo before", "echo after"}) {
+		t.Fatalf("runs in the log: %q; the refused one must not be there", runs)
+	}
+	if err := c.DeleteSandbox(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	c.CloseIdle()
+	leaks.check()
 }
