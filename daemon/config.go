@@ -44,6 +44,11 @@ type Config struct {
 	// ShutdownGrace is how long a graceful shutdown lets running actions
 	// finish before stopping them.
 	ShutdownGrace Duration `toml:"shutdown_grace"`
+	// HTTPReadTimeout bounds the arrival of a whole request's headers and
+	// (unstreamed) body, so slowloris connections are closed;
+	// HTTPIdleTimeout closes a keep-alive connection with no request.
+	HTTPReadTimeout Duration `toml:"http_read_timeout"`
+	HTTPIdleTimeout Duration `toml:"http_idle_timeout"`
 	// LogLevel is debug, info, warn or error; LogFormat is text or json.
 	LogLevel  string `toml:"log_level"`
 	LogFormat string `toml:"log_format"`
@@ -232,12 +237,14 @@ func (d Duration) D() time.Duration { return time.Duration(d) }
 func DefaultConfig() Config {
 	root := os.Geteuid() == 0
 	c := Config{
-		StateDir:      defaultStateDir(root),
-		Listen:        defaultListen(root),
-		MaxBodyBytes:  16 << 20,
-		ShutdownGrace: Duration(10 * time.Second),
-		LogLevel:      "info",
-		LogFormat:     "text",
+		StateDir:        defaultStateDir(root),
+		Listen:          defaultListen(root),
+		MaxBodyBytes:    16 << 20,
+		ShutdownGrace:   Duration(10 * time.Second),
+		HTTPReadTimeout: Duration(60 * time.Second),
+		HTTPIdleTimeout: Duration(120 * time.Second),
+		LogLevel:        "info",
+		LogFormat:       "text",
 		Sandbox: SandboxConfig{
 			IdleTimeout:     Duration(time.Hour),
 			MaxIdleTimeout:  Duration(7 * 24 * time.Hour),
@@ -420,6 +427,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBodyBytes <= 0 {
 		return errors.New("max_body_bytes must be positive")
+	}
+	if c.HTTPReadTimeout.D() < 100*time.Millisecond || c.HTTPIdleTimeout.D() < 100*time.Millisecond {
+		return errors.New("http_read_timeout and http_idle_timeout must be at least 100ms")
 	}
 	if c.Sandbox.MaxSandboxes <= 0 {
 		return errors.New("sandbox.max_sandboxes must be positive")

@@ -52,8 +52,8 @@ func (d *Daemon) newServer(auth bool) *fasthttp.Server {
 		// idle keep-alive connection is closed after IdleTimeout. Writes
 		// of streamed answers have per-write deadlines instead of one
 		// WriteTimeout, which would cut long streams.
-		ReadTimeout:          60 * time.Second,
-		IdleTimeout:          120 * time.Second,
+		ReadTimeout:          d.cfg.HTTPReadTimeout.D(),
+		IdleTimeout:          d.cfg.HTTPIdleTimeout.D(),
 		CloseOnShutdown:      true,
 		NoDefaultDate:        true,
 		NoDefaultContentType: true,

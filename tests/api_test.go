@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -358,6 +359,66 @@ func TestMemoryFloor(t *testing.T) {
 	}
 	if !slices.Equal(runs, []string{"echo before", "echo after"}) {
 		t.Fatalf("runs in the log: %q; the refused one must not be there", runs)
+	}
+	if err := c.DeleteSandbox(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	c.CloseIdle()
+	leaks.check()
+}
+
+// TestSlowloris: connections that send their request a byte at a time, or
+// open and send nothing, are closed once http_read_timeout (or
+// http_idle_timeout) passes, while normal requests are served all along;
+// afterwards the daemon holds no more fds or goroutines than before.
+func TestSlowloris(t *testing.T) {
+	d := startDaemon(t, "--set", "http_read_timeout=2s", "--set", "http_idle_timeout=3s")
+	leaks := newLeakCheck(t, d)
+	c := d.tcpClient(d.token)
+	ctx := ctxT(t, 2*time.Minute)
+	const slow = 24
+	closed := make(chan string, slow)
+	for i := 0; i < slow; i++ {
+		conn, err := net.Dial("tcp", d.tcp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		go func(i int) {
+			// Half the connections send nothing at all; the others trickle a
+			// request that never ends, a byte every 200 ms.
+			req := "POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + d.token + "\r\nX-Slow: " + strings.Repeat("a", 1000)
+			for j := 0; i%2 == 1 && j < len(req); j++ {
+				if _, err := conn.Write([]byte{req[j]}); err != nil {
+					closed <- fmt.Sprintf("trickler %d: write after %d bytes: %v", i, j, err)
+					return
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			// Whatever the daemon answers (408 or nothing), it then closes.
+			conn.SetReadDeadline(time.Now().Add(90 * time.Second))
+			_, err := io.Copy(io.Discard, conn)
+			closed <- fmt.Sprintf("connection %d: closed (%v)", i, err)
+		}(i)
+	}
+	// Normal work goes on meanwhile.
+	id := newSandbox(t, c)
+	for i := 0; i < 5; i++ {
+		wantRun(t, run(t, c, id, fmt.Sprintf("echo %d", i)), 0, fmt.Sprintf("%d\n", i))
+		time.Sleep(300 * time.Millisecond)
+	}
+	// Far past 2-3 s, and far before the defaults (60 s and 120 s): a
+	// daemon that ignored the settings fails here.
+	deadline := time.After(30 * time.Second)
+	for i := 0; i < slow; i++ {
+		select {
+		case what := <-closed:
+			if strings.Contains(what, "timeout") {
+				t.Errorf("%s: the daemon did not close it", what)
+			}
+		case <-deadline:
+			t.Fatalf("%d of %d slow connections still open 30 s later", slow-i, slow)
+		}
 	}
 	if err := c.DeleteSandbox(ctx, id); err != nil {
 		t.Fatal(err)

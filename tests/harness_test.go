@@ -198,6 +198,14 @@ func freePort(t testing.TB) string {
 // It is stopped (SIGTERM, then SIGKILL) at the end of the test.
 func startDaemon(t testing.TB, extra ...string) *daemon {
 	t.Helper()
+	return startDaemonAt(t, "", extra...)
+}
+
+// startDaemonAt is startDaemon with the state directory at stateDir (""
+// is the private one), for tests that need it on a file system of their
+// own, such as a small tmpfs that fills up.
+func startDaemonAt(t testing.TB, stateDir string, extra ...string) *daemon {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "sbd-")
 	if err != nil {
 		t.Fatal(err)
@@ -216,6 +224,9 @@ func startDaemon(t testing.TB, extra ...string) *daemon {
 		token:    randomHex(20),
 		extra:    extra,
 	}
+	if stateDir != "" {
+		d.stateDir = stateDir
+	}
 	tokenFile := filepath.Join(dir, "token")
 	if err := os.WriteFile(tokenFile, []byte(d.token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -223,6 +234,7 @@ func startDaemon(t testing.TB, extra ...string) *daemon {
 	d.start()
 	t.Cleanup(func() {
 		d.stop()
+		d.checkLog()
 		if t.Failed() {
 			t.Logf("daemon log:\n%s", d.log.String())
 		}
@@ -244,6 +256,9 @@ func (d *daemon) start() {
 		// No warm containers unless a test asks (later flags win).
 		"--set", "containerd.pool_size=0",
 	}, d.extra...)
+	if d.log != nil {
+		d.checkLog() // of the run before this restart
+	}
 	d.log = &syncBuffer{}
 	d.cmd = exec.Command(binary, args...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
@@ -269,6 +284,21 @@ func (d *daemon) start() {
 			d.t.Fatalf("sandboxd not healthy in 30s:\n%s", d.log.String())
 		case <-time.After(10 * time.Millisecond):
 		}
+	}
+}
+
+// checkLog fails the test when the daemon's log shows a data race (the
+// daemon is built with -race when the suite is: a race in it must fail
+// the suite, not only a test of the daemon package) or the token: tokens
+// never appear in logs.
+func (d *daemon) checkLog() {
+	d.t.Helper()
+	log := d.log.String()
+	if i := strings.Index(log, "WARNING: DATA RACE"); i >= 0 {
+		d.t.Errorf("the daemon hit a data race:\n%s", log[i:min(len(log), i+6000)])
+	}
+	if strings.Contains(log, d.token) {
+		d.t.Errorf("the daemon's log shows its token")
 	}
 }
 
