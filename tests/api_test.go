@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -68,6 +70,13 @@ func TestAuth(t *testing.T) {
 				{"GET", "/v1/info"},
 				{"GET", "/metrics"},
 				{"GET", "/v1/sandboxes/" + id + "/events"},
+				{"GET", "/v1/sandboxes/" + id + "/files?path=."},
+				{"PUT", "/v1/sandboxes/" + id + "/files?path=proof"},
+				{"GET", "/v1/images"},
+				{"DELETE", "/v1/images/busybox"},
+				{"POST", "/mcp"},
+				{"POST", "/openhands/" + id + "/execute_action"},
+				{"GET", "/openhands/" + id + "/alive"},
 			} {
 				status, body := rawRequest(t, d, r.method, r.path, tc.token, action, nil)
 				if status != 401 || errorCode(t, body) != api.CodeUnauthenticated {
@@ -425,4 +434,87 @@ func TestSlowloris(t *testing.T) {
 	}
 	c.CloseIdle()
 	leaks.check()
+}
+
+// TestGeneratedToken: a daemon given no token generates one at first
+// start, writes it 0600 in its state dir, says where in its log (never
+// what), requires it on TCP, and keeps it across a restart.
+func TestGeneratedToken(t *testing.T) {
+	dir, err := os.MkdirTemp("", "sbd-token-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	// Sandboxes run as users of their own: they pass through to their
+	// workspaces.
+	os.Chmod(dir, 0o711)
+	state := filepath.Join(dir, "state")
+	addr := freePort(t)
+	serve := func() (*exec.Cmd, *syncBuffer) {
+		log := &syncBuffer{}
+		cmd := exec.Command(binary, "serve", "--state-dir", state, "--listen", "tcp://"+addr, "--set", "containerd.enabled=false")
+		var env []string
+		for _, e := range os.Environ() {
+			if !strings.HasPrefix(e, "SANDBOXD_TOKEN=") {
+				env = append(env, e)
+			}
+		}
+		cmd.Env, cmd.Stdout, cmd.Stderr = env, log, log
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		hc, _ := client.New("http://" + addr)
+		defer hc.Close()
+		for start := time.Now(); hc.Health(context.Background()) != nil; time.Sleep(20 * time.Millisecond) {
+			if time.Since(start) > 30*time.Second {
+				t.Fatalf("the daemon did not answer in 30 s:\n%s", log.String())
+			}
+		}
+		return cmd, log
+	}
+	stop := func(cmd *exec.Cmd) {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+	}
+	cmd, log := serve()
+	tokenFile := filepath.Join(state, "token")
+	fi, err := os.Stat(tokenFile)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("generated token file: %v %v", fi, err)
+	}
+	b, _ := os.ReadFile(tokenFile)
+	token := strings.TrimSpace(string(b))
+	if len(token) < 32 {
+		t.Fatalf("generated token %d characters long", len(token))
+	}
+	check := func() {
+		t.Helper()
+		for _, tok := range []string{"", "x" + token[1:]} {
+			c, _ := client.New("http://"+addr, client.WithToken(tok))
+			_, err := c.ListSandboxes(ctxT(t, 10*time.Second))
+			c.Close()
+			if !errors.Is(err, client.ErrUnauthenticated) {
+				t.Fatalf("token %q: %v, want unauthenticated", tok, err)
+			}
+		}
+		c, _ := client.New("http://"+addr, client.WithToken(token))
+		defer c.Close()
+		if _, err := c.ListSandboxes(ctxT(t, 10*time.Second)); err != nil {
+			t.Fatalf("with the generated token: %v", err)
+		}
+	}
+	check()
+	stop(cmd)
+	if !strings.Contains(log.String(), tokenFile) || strings.Contains(log.String(), token) {
+		t.Fatalf("the log must name the token file and not show the token:\n%s", log.String())
+	}
+	cmd, log = serve()
+	defer stop(cmd)
+	if b2, _ := os.ReadFile(tokenFile); string(b2) != string(b) {
+		t.Fatal("the token changed across a restart")
+	}
+	check()
+	if strings.Contains(log.String(), token) {
+		t.Fatalf("the log shows the token:\n%s", log.String())
+	}
 }
