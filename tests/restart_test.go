@@ -1,9 +1,13 @@
 package tests
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -235,7 +239,38 @@ func TestFollowEventsAndGracefulShutdown(t *testing.T) {
 		}
 		answer <- o
 	}()
-	eventually(t, 5*time.Second, "the long action to be logged", func() bool { return len(got) > 0 })
+	// A streamed action is running too; and a raw follower sees the
+	// stream's last line itself.
+	streamed := make(chan string, 1)
+	go func() {
+		var out strings.Builder
+		o, err := c.ActStream(context.Background(), id, &api.Action{Kind: api.KindExec, Argv: []string{"sh", "-c", "echo started; exec sleep 60"}, TimeoutS: api.Seconds(120)}, func(o client.Output) { out.Write(o.Data) })
+		if err != nil || o == nil {
+			streamed <- fmt.Sprintf("streamed action: %v %+v", err, o)
+			return
+		}
+		streamed <- fmt.Sprintf("exit %s signal %q output %q", exitCode(o), o.Signal, out.String())
+	}()
+	lastLine := make(chan string, 1)
+	go func() {
+		hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", d.sock)
+		}}}
+		resp, err := hc.Get("http://sandboxd/v1/sandboxes/" + id + "/events?after=0&follow=1")
+		if err != nil {
+			lastLine <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		var last string
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			last = sc.Text()
+		}
+		lastLine <- last
+	}()
+	eventually(t, 5*time.Second, "the long actions to be logged", func() bool { return len(got) > 1 })
 	start := time.Now()
 	d.stop()
 	if el := time.Since(start); el > 20*time.Second {
@@ -251,6 +286,15 @@ func TestFollowEventsAndGracefulShutdown(t *testing.T) {
 	}
 	if o := <-answer; o == nil || !o.Running {
 		t.Fatalf("the action running at shutdown: %+v", o)
+	}
+	// The streamed exec was stopped by the shutdown, and its stream ended
+	// with its observation, its output in it.
+	if s := <-streamed; !strings.Contains(s, `output "started\n"`) || strings.Contains(s, "exit 0 ") {
+		t.Fatalf("the streamed action at shutdown: %s", s)
+	}
+	var end struct{ Type, Reason string }
+	if l := <-lastLine; json.Unmarshal([]byte(l), &end) != nil || end.Type != "end" || !strings.Contains(end.Reason, "shutting down") {
+		t.Fatalf("the followed stream's last line %q, want an end event saying the daemon is shutting down", l)
 	}
 }
 
