@@ -99,6 +99,7 @@ func TestWasmExec(t *testing.T) {
 
 func TestWasmLimits(t *testing.T) {
 	d := startDaemon(t)
+	leaks := newLeakCheck(t, d)
 	c := d.client()
 	id := wasmSandbox(t, c, api.CreateSandboxRequest{Limits: &api.Limits{MemoryMB: 64}})
 
@@ -121,7 +122,7 @@ func TestWasmLimits(t *testing.T) {
 	}
 	// Memory growth stops at the cap: the module fails, the daemon does not.
 	o = mustRun(t, c, id, &api.Action{Kind: api.KindExec, Argv: []string{"guest.wasm", "alloc"}, TimeoutS: api.Seconds(30)})
-	if o.ExitCode == nil || *o.ExitCode == 0 || o.TimedOut {
+	if o.ExitCode == nil || *o.ExitCode == 0 || o.TimedOut || !strings.Contains(o.Stderr, "out of memory") {
 		t.Fatalf("alloc past 64 MiB: exit %s timed_out %v stderr %.200q", exitCode(o), o.TimedOut, o.Stderr)
 	}
 	// A flood of output is capped in the observation and kept in the log.
@@ -136,10 +137,15 @@ func TestWasmLimits(t *testing.T) {
 	if o := mustRun(t, c, id, api.Exec("guest.wasm")); o.Stdout != "hello from wasm\n" {
 		t.Fatalf("after the limits: %+v", o)
 	}
+	if err := c.DeleteSandbox(ctxT(t, 30*time.Second), id); err != nil {
+		t.Fatal(err)
+	}
+	c.CloseIdle()
+	leaks.check()
 }
 
 func TestWasmConfinement(t *testing.T) {
-	d := startDaemon(t)
+	d := startDaemon(t, "--set", "wasm.max_module_bytes=4194304")
 	c := d.client()
 	id := wasmSandbox(t, c, api.CreateSandboxRequest{})
 	outside := filepath.Join(d.dir, "outside")
@@ -161,9 +167,19 @@ func TestWasmConfinement(t *testing.T) {
 	if _, err := c.WriteFile(ctxT(t, 10*time.Second), id, "bad.wasm", "not wasm"); err != nil {
 		t.Fatal(err)
 	}
-	for argv0, want := range map[string]error{"bad.wasm": client.ErrInvalidArgument, "in.txt": client.ErrInvalidArgument} {
-		if _, err := c.Exec(ctxT(t, 10*time.Second), id, argv0); !errors.Is(err, want) {
-			t.Errorf("exec %s: %v, want %v", argv0, err, want)
+	// One byte over wasm.max_module_bytes (set below): refused before
+	// anything compiles.
+	huge := append([]byte("\x00asm\x01\x00\x00\x00"), make([]byte, 4<<20)...)
+	if _, err := c.Upload(ctxT(t, 30*time.Second), id, "huge.wasm", bytes.NewReader(huge), int64(len(huge)), false); err != nil {
+		t.Fatal(err)
+	}
+	for argv0, says := range map[string]string{
+		"bad.wasm":  "not a valid WebAssembly module",
+		"in.txt":    "argv[0] must name a .wasm file in the sandbox",
+		"huge.wasm": "more than the largest module the daemon runs (4194304)",
+	} {
+		if _, err := c.Exec(ctxT(t, 10*time.Second), id, argv0); !errors.Is(err, client.ErrInvalidArgument) || !strings.Contains(err.Error(), says) {
+			t.Errorf("exec %s: %v, want invalid_argument saying %q", argv0, err, says)
 		}
 	}
 	// A module outside the sandbox is refused the way a shell refuses a
