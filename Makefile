@@ -10,7 +10,7 @@ DEBIAN_SECURITY_MIRROR ?= http://deb.debian.org/debian-security
 IMAGE_PACKAGES = bash ca-certificates procps python3 python3-ipykernel chromium fonts-dejavu-core
 IMAGE_ROOT ?= build/image-root
 
-.PHONY: build install uninstall test image
+.PHONY: build install uninstall test bench image
 # Static binaries: the helper runs inside containers of any image.
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/sandboxd ./cmd/sandboxd
@@ -24,6 +24,13 @@ uninstall:
 
 test:
 	$(GO) test -race -count=1 -timeout 60m ./...
+
+# Every benchmark beside its floor, a short load run, and the results
+# written into docs/benchmarks.md (scripts/bench.sh has the groups and
+# their -benchtime; under 10 minutes on 2 cores). BENCHTIME=1x checks the
+# tooling quickly.
+bench:
+	GO=$(GO) ./scripts/bench.sh
 
 # The daemon image without a registry: a Debian root from debootstrap with
 # the image's packages (apt-get in the root: debootstrap's own --include
