@@ -147,16 +147,68 @@ func TestBadRequests(t *testing.T) {
 		t.Fatalf("large body: %d %s", status, body)
 	}
 	// Headers too large: 431.
-	status, _ = rawRequest(t, d, "GET", "/v1/info", d.token, nil, map[string]string{"X-Big": strings.Repeat("h", 64<<10)})
-	if status != 431 {
-		t.Fatalf("large header: %d", status)
+	status, body = rawRequest(t, d, "GET", "/v1/info", d.token, nil, map[string]string{"X-Big": strings.Repeat("h", 64<<10)})
+	if status != 431 || errorCode(t, body) != api.CodeTooLarge {
+		t.Fatalf("large header: %d %s", status, body)
 	}
-	// Create with bad fields.
-	for _, body := range []string{`{"backend":"kvm"}`, `{"limits":{"memory_mb":-1}}`, `{"nework":"none"}`, `{"network":"none"}`, `{"limits":{"disk_mb":10}}`} {
-		status, b := rawRequest(t, d, "POST", "/v1/sandboxes", d.token, []byte(body), nil)
-		if status != 400 && status != 501 {
-			t.Errorf("create %s: %d %s", body, status, b)
+	// Create with bad fields: refused, naming the field; nothing created.
+	for _, tc := range []struct {
+		body   string
+		status int
+		says   string
+	}{
+		{`{"backend":"kvm"}`, 400, "kvm"},
+		{`{"limits":{"memory_mb":-1}}`, 400, "memory_mb"},
+		{`{"limits":{"cpus":-0.5}}`, 400, "cpus"},
+		{`{"idle_timeout_s":-3}`, 400, "idle_timeout_s"},
+		{`{"nework":"none"}`, 400, "nework"},
+		{`{"network":"bridge"}`, 400, "network"},
+		{`{"env":{"A\u0000":"b"}}`, 400, "env"},
+		{`{"labels":{"k":1}}`, 400, "labels"},
+		// The process backend cannot do these: it says so.
+		{`{"network":"none"}`, 501, "network"},
+		{`{"limits":{"disk_mb":10}}`, 501, "disk"},
+		{`{"image":"debian"}`, 501, "image"},
+	} {
+		status, b := rawRequest(t, d, "POST", "/v1/sandboxes", d.token, []byte(tc.body), nil)
+		if status != tc.status || !strings.Contains(string(b), tc.says) {
+			t.Errorf("create %s: %d %s; want %d naming %q", tc.body, status, b, tc.status, tc.says)
 		}
+	}
+	if list, err := c.ListSandboxes(ctxT(t, 10*time.Second)); err != nil || len(list) != 1 {
+		t.Fatalf("refused creates left sandboxes: %d %v", len(list), err)
+	}
+	// Limits past the server's maxima are clamped to them, not refused.
+	info, err := c.Info(ctxT(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	huge, err := c.CreateSandbox(ctxT(t, 30*time.Second), api.CreateSandboxRequest{
+		Limits:       &api.Limits{MemoryMB: 1 << 40, Pids: 1 << 40, OutputBytes: 1 << 60},
+		IdleTimeoutS: api.Seconds(1e12),
+	})
+	if err != nil {
+		t.Fatalf("create with huge limits: %v", err)
+	}
+	if huge.Limits.MemoryMB != info.MaxLimits.MemoryMB || huge.Limits.Pids != info.MaxLimits.Pids || huge.Limits.OutputBytes != info.MaxLimits.OutputBytes || huge.IdleTimeoutS > 7*24*3600 {
+		t.Errorf("huge limits became %+v idle %v; maxima %+v", huge.Limits, huge.IdleTimeoutS, info.MaxLimits)
+	}
+	// A huge action timeout is refused, naming the field and its range;
+	// nothing runs.
+	for _, a := range []*api.Action{
+		{Kind: api.KindRun, Command: "touch proof", TimeoutS: api.Seconds(1e300)},
+		{Kind: api.KindRun, Command: "touch proof", HardTimeoutS: 1e300},
+		{Kind: api.KindExec, Argv: []string{"touch", "proof"}, TimeoutS: api.Seconds(1e12)},
+	} {
+		if _, err := c.Act(ctxT(t, 10*time.Second), huge.ID, a); !errors.Is(err, client.ErrInvalidArgument) || !strings.Contains(err.Error(), "timeout_s") {
+			t.Errorf("%s with a huge timeout: %v", a.Kind, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(huge.Workdir, "proof")); !os.IsNotExist(err) {
+		t.Fatalf("an action with a huge timeout ran")
+	}
+	if err := c.DeleteSandbox(ctxT(t, 30*time.Second), huge.ID); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := os.Stat(proof); !os.IsNotExist(err) {
 		t.Fatalf("a refused action ran")

@@ -107,26 +107,52 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 func TestSandboxSeesNoDaemonSecrets(t *testing.T) {
 	d := startDaemon(t)
 	c := d.client()
-	id := newSandbox(t, c)
-	probes := []string{
-		"env",
-		"cat /proc/self/environ | tr '\\0' '\\n'",
-		"for f in /proc/[0-9]*/environ; do cat $f 2>/dev/null | tr '\\0' '\\n'; done",
-		"ps -eo args 2>/dev/null || true",
-		"cat " + d.stateDir + "/token 2>&1; ls " + d.stateDir + "/sandboxes 2>&1",
-		"cat " + d.dir + "/token 2>&1",
+	// Another sandbox's data, which no sandbox but it may see.
+	other := newSandbox(t, c)
+	otherSecret := "other-sandbox-" + randomHex(8)
+	mustRun(t, c, other, api.Exec("sh", "-c", "echo "+otherSecret+" > secret.txt"))
+	otherSB, err := c.GetSandbox(ctxT(t, 10*time.Second), other)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, p := range probes {
-		o := run(t, c, id, p)
-		for _, secret := range []string{d.token, "SANDBOXD_E2E_DAEMON_SECRET", "daemon-env-"} {
-			if strings.Contains(o.Output, secret) {
-				t.Errorf("probe %q shows %q", p, secret)
+	for _, backend := range []string{api.BackendProcess, api.BackendContainerd} {
+		t.Run(backend, func(t *testing.T) {
+			var id string
+			if backend == api.BackendContainerd {
+				requireContainerd(t, c)
+				id = newContainerd(t, d, api.CreateSandboxRequest{})
+			} else {
+				id = newSandbox(t, c)
 			}
-		}
-		o = mustRun(t, c, id, api.Exec("sh", "-c", p))
-		if strings.Contains(o.Stdout+o.Stderr, d.token) || strings.Contains(o.Stdout, "SANDBOXD_E2E_DAEMON_SECRET") {
-			t.Errorf("exec probe %q shows a daemon secret", p)
-		}
+			probes := []string{
+				"env",
+				"cat /proc/self/environ | tr '\\0' '\\n'",
+				"for f in /proc/[0-9]*/environ; do cat $f 2>/dev/null | tr '\\0' '\\n'; done",
+				"for f in /proc/[0-9]*/cmdline; do cat $f 2>/dev/null | tr '\\0' ' '; echo; done",
+				"ps -eo args 2>/dev/null || true",
+				"cat " + d.stateDir + "/token 2>&1; ls " + d.stateDir + "/sandboxes 2>&1",
+				"cat " + d.dir + "/token 2>&1",
+				"cat " + otherSB.Workdir + "/secret.txt 2>&1; ls -la " + otherSB.Workdir + " 2>&1",
+				"cat " + d.stateDir + "/sandboxes/" + other + "/* 2>&1 | head -c 100000",
+				// A pattern, not the secret: a probe must not find its own
+				// command line.
+				"grep -rsho 'other-sandbox-[0-9a-f]\\{16\\}' /tmp /var/tmp /dev/shm 2>/dev/null | head",
+			}
+			for _, p := range probes {
+				o := run(t, c, id, p)
+				for _, secret := range []string{d.token, "SANDBOXD_E2E_DAEMON_SECRET", "daemon-env-", otherSecret} {
+					if strings.Contains(o.Output, secret) {
+						t.Errorf("probe %q shows %q", p, secret)
+					}
+				}
+				o = mustRun(t, c, id, api.Exec("sh", "-c", p))
+				for _, secret := range []string{d.token, "SANDBOXD_E2E_DAEMON_SECRET", otherSecret} {
+					if strings.Contains(o.Stdout+o.Stderr, secret) {
+						t.Errorf("exec probe %q shows %q: %.2000s", p, secret, o.Stdout+o.Stderr)
+					}
+				}
+			}
+		})
 	}
 	// The sandbox's own environment is what it was given, on top of the
 	// agent defaults.
