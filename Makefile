@@ -10,7 +10,7 @@ DEBIAN_SECURITY_MIRROR ?= http://deb.debian.org/debian-security
 IMAGE_PACKAGES = bash ca-certificates procps python3 python3-ipykernel chromium fonts-dejavu-core
 IMAGE_ROOT ?= build/image-root
 
-.PHONY: build install uninstall test bench image
+.PHONY: build install uninstall test fuzz bench image
 # Static binaries: the helper runs inside containers of any image.
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/sandboxd ./cmd/sandboxd
@@ -24,6 +24,12 @@ uninstall:
 
 test:
 	$(GO) test -race -count=1 -timeout 60m ./...
+
+# Every fuzz target from its corpus in testdata/fuzz, FUZZTIME each (CI
+# runs them for 20s; longer on demand: make fuzz FUZZTIME=30m).
+FUZZTIME ?= 30s
+fuzz:
+	GO=$(GO) FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
 
 # Every benchmark beside its floor, a short load run, and the results
 # written into docs/benchmarks.md (scripts/bench.sh has the groups and
