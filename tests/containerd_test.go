@@ -320,6 +320,9 @@ func TestContainerdUnavailable(t *testing.T) {
 		t.Fatalf("create with containerd down: %v", err)
 	}
 	wantRun(t, run(t, c, newSandbox(t, c), "echo process"), 0, "process\n")
+	if o := mustRun(t, c, wasmSandbox(t, c, api.CreateSandboxRequest{}), api.Exec("guest.wasm")); o.Stdout != "hello from wasm\n" {
+		t.Fatalf("wasm with containerd down: %+v", o)
+	}
 
 	real := "/run/containerd/containerd.sock"
 	if _, err := os.Stat(real); err != nil {
