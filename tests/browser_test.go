@@ -335,3 +335,99 @@ func TestBrowseCLI(t *testing.T) {
 		t.Errorf("browse file://: %v %q", err, stderr)
 	}
 }
+
+// TestBrowserDownloadsAndHangs: a download named to climb out lands in
+// <workdir>/.downloads under its base name; one past
+// browser.max_download_bytes is cancelled and said so; a page hung in an
+// endless script is answered for its sandbox while another sandbox's
+// browser carries on, and then both work. Process and containerd.
+func TestBrowserDownloadsAndHangs(t *testing.T) {
+	requireChromium(t)
+	d := startDaemon(t, "--set", "browser.max_download_bytes=1048576")
+	leaks := newLeakCheck(t, d)
+	c := d.client()
+	for _, backend := range []string{api.BackendProcess, api.BackendContainerd} {
+		t.Run(backend, func(t *testing.T) {
+			newSB := func() string {
+				if backend == api.BackendContainerd {
+					requireContainerd(t, c)
+					return newContainerd(t, d, api.CreateSandboxRequest{})
+				}
+				return newSandbox(t, c)
+			}
+			id, other := newSB(), newSB()
+			_, port, _ := net.SplitHostPort(freePort(t))
+			wantRun(t, run(t, c, id, "mkdir -p deep/site && (cd deep/site && head -c 3000 /dev/urandom > small.bin && head -c 3000000 /dev/zero > big.bin && echo '<title>dl</title>' > index.html && (python3 -m http.server "+port+" --bind 127.0.0.1 >/dev/null 2>&1 &))"), 0, "")
+			base := "http://localhost:" + port + "/"
+			eventually(t, 30*time.Second, "the sandbox's server", func() bool {
+				return browse(t, c, id, api.Action{Op: "goto", URL: base}).Title == "dl"
+			})
+			// Notes of downloads come with whichever observation follows
+			// them.
+			var notes strings.Builder
+			click := func(href, name string) {
+				t.Helper()
+				script := fmt.Sprintf("const a = document.createElement('a'); a.href = %q; a.download = %q; document.body.append(a); a.click(); await new Promise(r => setTimeout(r, 500)); 'ok'", href, name)
+				o := browse(t, c, id, api.Action{Op: "evaluate", Script: script})
+				if o.BrowserError != "" {
+					t.Fatalf("click %s: %s", href, o.BrowserError)
+				}
+				notes.WriteString(o.Note)
+			}
+			// A name that climbs out is only a name.
+			escape := "escape-" + randomHex(4)
+			click("/small.bin", "../../../"+escape+".bin")
+			eventually(t, 30*time.Second, "the small download", func() bool {
+				notes.WriteString(browse(t, c, id, api.Action{Op: "snapshot"}).Note)
+				return strings.Contains(notes.String(), "downloaded .downloads/")
+			})
+			o := run(t, c, id, "cmp -s deep/site/small.bin .downloads/$(ls .downloads | grep "+escape+" | head -1) && echo same; find / -xdev -name '*"+escape+"*' -not -path '*/.downloads/*' 2>/dev/null | head -3")
+			if o.Output != "same\n" {
+				t.Fatalf("the hostile-named download: %q (notes %q)", o.Output, notes.String())
+			}
+			// Past the cap: cancelled, and said.
+			notes.Reset()
+			click("/big.bin", "big.bin")
+			eventually(t, 60*time.Second, "the cancelled download's note", func() bool {
+				notes.WriteString(browse(t, c, id, api.Action{Op: "snapshot"}).Note)
+				return strings.Contains(notes.String(), "was cancelled: it passed the 1 MiB cap")
+			})
+			if o := run(t, c, id, "find .downloads -size +1024k | wc -l"); o.Output != "0\n" {
+				t.Errorf("a download past the cap is on disk: %q", o.Output)
+			}
+
+			// A hung page: its sandbox gets an answer; the other's browser
+			// works meanwhile.
+			browse(t, c, other, api.Action{Op: "goto", URL: "data:text/html,<title>other</title>"})
+			hung := make(chan *api.Observation, 1)
+			go func() {
+				o, err := c.Act(ctxT(t, 120*time.Second), id, &api.Action{Kind: api.KindBrowser, Op: "evaluate", Script: "while (true) {}", TimeoutS: api.Seconds(2)})
+				if err != nil {
+					t.Error(err)
+				}
+				hung <- o
+			}()
+			for i := 0; i < 3; i++ {
+				if o := browse(t, c, other, api.Action{Op: "snapshot"}); o.Title != "other" || o.BrowserError != "" {
+					t.Fatalf("the other sandbox's browser during the hang: %q %q", o.Title, o.BrowserError)
+				}
+			}
+			if o := <-hung; o == nil || !strings.Contains(o.BrowserError, "did not finish") {
+				t.Fatalf("the hung page: %+v", o)
+			}
+			if o := browse(t, c, id, api.Action{Op: "goto", URL: "data:text/html,<title>after</title>"}); o.Title != "after" {
+				t.Fatalf("after the hang: %q %q %q", o.Title, o.BrowserError, o.Note)
+			}
+			if o := browse(t, c, other, api.Action{Op: "snapshot"}); o.Title != "other" {
+				t.Fatalf("the other sandbox after the hang: %q %q", o.Title, o.BrowserError)
+			}
+			for _, sb := range []string{id, other} {
+				if err := c.DeleteSandbox(ctxT(t, 60*time.Second), sb); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+	c.CloseIdle()
+	leaks.check()
+}
