@@ -222,53 +222,65 @@ func TestBrowserChurn(t *testing.T) {
 	requireChromium(t)
 	d := startDaemon(t)
 	c := d.client()
-	const n, workers = 50, 4
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	next := make(chan int, n)
-	for i := 0; i < n; i++ {
-		next <- i
-	}
-	close(next)
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				ctx := ctxT(t, 120*time.Second)
-				sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
-				if err != nil {
-					errs <- err
-					return
-				}
-				o, err := c.Browse(ctx, sb.ID, fmt.Sprintf("data:text/html,<title>page %d</title>", i))
-				if err == nil && o.Title != fmt.Sprintf("page %d", i) {
-					err = fmt.Errorf("sandbox %d browsed to %q (%s)", i, o.Title, o.BrowserError)
-				}
-				if err != nil {
-					errs <- err
-				}
-				if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
-					errs <- err
-				}
+	for _, tc := range []struct {
+		backend    string
+		n, workers int
+	}{{api.BackendProcess, 50, 4}, {api.BackendContainerd, 6, 2}} {
+		t.Run(tc.backend, func(t *testing.T) {
+			if tc.backend == api.BackendContainerd {
+				requireContainerd(t, c)
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	eventually(t, 10*time.Second, "no browser processes", func() bool { return len(processesOf("--remote-debugging-pipe")) == 0 })
-	var profiles []string
-	filepath.WalkDir(d.stateDir, func(p string, e os.DirEntry, err error) error {
-		if err == nil && e.Name() == ".sandboxd-browser" {
-			profiles = append(profiles, p)
-		}
-		return nil
-	})
-	if len(profiles) > 0 {
-		t.Errorf("profile directories left: %v", profiles)
+			leaks := newLeakCheck(t, d)
+			var wg sync.WaitGroup
+			errs := make(chan error, tc.n)
+			next := make(chan int, tc.n)
+			for i := 0; i < tc.n; i++ {
+				next <- i
+			}
+			close(next)
+			for w := 0; w < tc.workers; w++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range next {
+						ctx := ctxT(t, 120*time.Second)
+						sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Backend: tc.backend})
+						if err != nil {
+							errs <- err
+							return
+						}
+						o, err := c.Browse(ctx, sb.ID, fmt.Sprintf("data:text/html,<title>page %d</title>", i))
+						if err == nil && o.Title != fmt.Sprintf("page %d", i) {
+							err = fmt.Errorf("sandbox %d browsed to %q (%s)", i, o.Title, o.BrowserError)
+						}
+						if err != nil {
+							errs <- err
+						}
+						if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+							errs <- err
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+			eventually(t, 10*time.Second, "no browser processes", func() bool { return len(processesOf("--remote-debugging-pipe")) == 0 })
+			var profiles []string
+			filepath.WalkDir(d.stateDir, func(p string, e os.DirEntry, err error) error {
+				if err == nil && e.Name() == ".sandboxd-browser" {
+					profiles = append(profiles, p)
+				}
+				return nil
+			})
+			if len(profiles) > 0 {
+				t.Errorf("profile directories left: %v", profiles)
+			}
+			c.CloseIdle()
+			leaks.check()
+		})
 	}
 }
 
