@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"syscall"
 
 	"github.com/sandboxd/sandboxd/api"
 	"github.com/sandboxd/sandboxd/daemon/eventlog"
@@ -29,7 +30,7 @@ var statusOf = map[api.Code]int{
 
 // errorInfo classifies err: the code and the message a client sees.
 func errorInfo(err error) api.ErrorInfo {
-	code := api.CodeOf(err)
+	code, msg := api.CodeOf(err), err.Error()
 	var ne net.Error
 	if code == api.CodeInternal {
 		switch {
@@ -37,9 +38,16 @@ func errorInfo(err error) api.ErrorInfo {
 			code = api.CodeDeadlineExceeded
 		case errors.Is(err, context.Canceled), errors.Is(err, eventlog.ErrClosed):
 			code = api.CodeUnavailable
+		case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+			// What the daemon writes itself (metadata, event logs, the
+			// process sandboxes' workspaces) is in its state directory: a
+			// full disk there is the host's condition, not a bug, and
+			// new work waits until space is freed (as the event log
+			// says when it cannot append).
+			code, msg = api.CodeUnavailable, "the state directory is full: "+msg
 		}
 	}
-	return api.ErrorInfo{Code: code, Message: err.Error()}
+	return api.ErrorInfo{Code: code, Message: msg}
 }
 
 // writeError answers err with its status and the error body.

@@ -9,9 +9,11 @@ import (
 	"go/parser"
 	"go/token"
 	"io"
+	"io/fs"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/sandboxd/sandboxd/api"
@@ -169,6 +171,26 @@ func TestErrorInfo(t *testing.T) {
 				t.Errorf("Message = %q, want %q", info.Message, tt.err.Error())
 			}
 		})
+	}
+}
+
+// TestErrorInfoDiskFull: a full disk under the daemon's own writes (a
+// sandbox's metadata at create, say) is unavailable and says so, whatever
+// else the error says.
+func TestErrorInfoDiskFull(t *testing.T) {
+	for _, errno := range []syscall.Errno{syscall.ENOSPC, syscall.EDQUOT} {
+		err := fmt.Errorf("create sandbox: %w", &fs.PathError{Op: "write", Path: "/state/sandboxes/sb-x/process.json.tmp", Err: errno})
+		info := errorInfo(err)
+		want := "the state directory is full: " + err.Error()
+		if info.Code != api.CodeUnavailable || info.Message != want {
+			t.Errorf("errorInfo(%v) = %+v, want unavailable %q", err, info, want)
+		}
+		// A class given on the way wins (a sandbox's own full workspace
+		// is its resource_exhausted).
+		classified := api.Errorf(api.ErrResourceExhausted, "a.txt: no space left: %w", errno)
+		if info := errorInfo(classified); info.Code != api.CodeResourceExhausted || info.Message != classified.Error() {
+			t.Errorf("errorInfo(%v) = %+v", classified, info)
+		}
 	}
 }
 

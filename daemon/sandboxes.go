@@ -86,6 +86,7 @@ type sandbox struct {
 	backend backends.Backend
 	log     *eventlog.Log
 	gone    chan struct{} // closed when it is deleted or the daemon stops
+	saveMu  sync.Mutex    // one saveMeta at a time
 	// memoryMB is its memory limit (0: none), fixed at creation.
 	memoryMB int64
 
@@ -102,6 +103,9 @@ type sandbox struct {
 	lastActive time.Time
 	closed     bool // deleted, or the daemon stopped
 	waiting    bool // lost for now: its backend was down at start (adoptLater)
+	// owed are results the log could not take when their actions ended
+	// (the state directory was full): recorded before anything else.
+	owed []api.Event
 }
 
 // call is an action in flight, for retries that arrive meanwhile.
@@ -692,8 +696,13 @@ func (s *sandbox) view() api.Sandbox {
 	return v
 }
 
-// saveMeta persists the metadata atomically.
+// saveMeta persists the metadata atomically. Saves run one at a time,
+// each of the metadata as it is then: concurrent ones (an action starting
+// a session while bash records its shells) could otherwise land an older
+// snapshot last.
 func (s *sandbox) saveMeta() error {
+	s.saveMu.Lock()
+	defer s.saveMu.Unlock()
 	s.mu.Lock()
 	data, err := json.MarshalIndent(s.meta, "", "  ")
 	s.mu.Unlock()
@@ -713,6 +722,12 @@ func (s *sandbox) act(a *api.Action, live *liveStream) (api.Observation, error) 
 	if s.closed {
 		s.mu.Unlock()
 		return api.Observation{}, api.Errorf(api.ErrNotFound, "sandbox %q does not exist", s.id)
+	}
+	// A result still owed to the log goes first: a retry of its action is
+	// then answered from the log rather than as still in flight.
+	if err := s.recordOwed(); err != nil {
+		s.mu.Unlock()
+		return api.Observation{}, err
 	}
 	if a.ID != "" {
 		if c := s.calls[a.ID]; c != nil {
@@ -808,8 +823,10 @@ func (s *sandbox) act(a *api.Action, live *liveStream) (api.Observation, error) 
 		info := errorInfo(err)
 		ev.Type, ev.Error = api.EventError, &info
 	}
+	owed := false
 	if _, aerr := s.log.Append(&ev); aerr != nil {
-		err = api.Errorf(api.ErrUnavailable, "the action ran but its result could not be recorded: %w", aerr)
+		err = api.Errorf(api.ErrUnavailable, "the action ran but its result could not be recorded yet (a retry with the same id is answered once it is): %w", aerr)
+		owed = true
 	} else if serr := s.log.Sync(); serr != nil {
 		err = api.Errorf(api.ErrUnavailable, "the action ran but its result could not be made durable: %w", serr)
 	}
@@ -821,11 +838,30 @@ func (s *sandbox) act(a *api.Action, live *liveStream) (api.Observation, error) 
 	if a.ID != "" {
 		delete(s.calls, a.ID)
 	}
+	if owed {
+		ev.Time = time.Time{} // the time it is recorded
+		s.owed = append(s.owed, ev)
+	}
 	s.mu.Unlock()
 	s.m.active.Add(-1)
 	c.obs, c.err = obs, err
 	close(c.done)
 	return obs, err
+}
+
+// recordOwed appends and syncs the results owed to the log; s.mu is held.
+// While it fails nothing else is recorded: every append would fail alike.
+func (s *sandbox) recordOwed() error {
+	if len(s.owed) == 0 {
+		return nil
+	}
+	for len(s.owed) > 0 {
+		if _, err := s.log.Append(&s.owed[0]); err != nil {
+			return err
+		}
+		s.owed = s.owed[1:]
+	}
+	return s.log.Sync()
 }
 
 func reusedID(id string) error {
@@ -1050,6 +1086,11 @@ func (m *manager) closeAll(ctx context.Context) {
 				}
 			}
 			s.waitIdle(5 * time.Second)
+			s.mu.Lock()
+			if err := s.recordOwed(); err != nil {
+				m.d.log.Warn("record results owed to the event log; the next start marks their actions lost", "sandbox", s.id, "err", err)
+			}
+			s.mu.Unlock()
 			if err := s.log.Close(); err != nil {
 				m.d.log.Warn("close event log", "sandbox", s.id, "err", err)
 			}

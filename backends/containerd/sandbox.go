@@ -196,11 +196,17 @@ func (b *Backend) adopt(ctx context.Context, spec backends.Spec) (*sandbox, stri
 		_ = removeContainer(ctx, ctr)
 		return nil, "", errors.New(why)
 	}
+	// A previous daemon killed while it started a process left the shim
+	// blocked on that process's FIFOs (see leftovers.go): until they are
+	// opened, the task answers no status and the container not even a
+	// kill.
+	held := holdFIFOs(l.fifos())
+	defer held.close()
 	task, err := ctr.Task(ctx, nil)
 	if err != nil {
 		return fail("its container had no running task (the host may have rebooted)")
 	}
-	st, err := task.Status(ctx)
+	st, err := settledStatus(ctx, task)
 	if err != nil || st.Status != client.Running {
 		return fail(fmt.Sprintf("its container is not running (%s)", st.Status))
 	}
@@ -212,6 +218,7 @@ func (b *Backend) adopt(ctx context.Context, spec backends.Spec) (*sandbox, stri
 	}
 	sb := b.newSandbox(spec, workdir, ctr, task, s)
 	sb.l, sb.ownDir = l, ownDir
+	sb.stopLeftovers(ctx, held.execs)
 	return sb, "", nil
 }
 

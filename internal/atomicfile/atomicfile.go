@@ -9,17 +9,20 @@ import (
 )
 
 // Write writes data to path with mode perm via a synced temporary file in
-// the same directory and a rename, then syncs the directory.
+// the same directory and a rename, then syncs the directory. Concurrent
+// writes of one path each leave a whole content: every write has a
+// temporary file of its own.
 func Write(path string, data []byte, perm os.FileMode) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
 	if err != nil {
 		return err
 	}
+	tmp := f.Name()
 	_, werr := f.Write(data)
+	perr := f.Chmod(perm)
 	serr := f.Sync()
 	cerr := f.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
+	if err := errors.Join(werr, perr, serr, cerr); err != nil {
 		os.Remove(tmp)
 		return err
 	}
