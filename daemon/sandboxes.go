@@ -989,19 +989,24 @@ func (m *manager) delete(ctx context.Context, id, why string) error {
 	s.closed = true
 	s.mu.Unlock()
 	close(s.gone)
-	var errs error
-	if s.bash != nil {
-		errs = errors.Join(errs, s.bash.Close(ctx))
-	}
-	if s.ipython != nil {
-		errs = errors.Join(errs, s.ipython.Close(ctx))
-	}
-	if s.browser != nil {
-		errs = errors.Join(errs, s.browser.Close(ctx))
-	}
-	if s.sb != nil {
-		errs = errors.Join(errs, s.sb.Destroy(ctx))
-	}
+	errs := closeThenDestroy(ctx, closeGrace, func(ctx context.Context) error {
+		var errs error
+		if s.bash != nil {
+			errs = errors.Join(errs, s.bash.Close(ctx))
+		}
+		if s.ipython != nil {
+			errs = errors.Join(errs, s.ipython.Close(ctx))
+		}
+		if s.browser != nil {
+			errs = errors.Join(errs, s.browser.Close(ctx))
+		}
+		return errs
+	}, func(ctx context.Context) error {
+		if s.sb == nil {
+			return nil
+		}
+		return s.sb.Destroy(ctx)
+	})
 	s.waitIdle(10 * time.Second)
 	errs = errors.Join(errs, s.log.Close())
 	if err := os.RemoveAll(s.dir); err != nil {
@@ -1013,6 +1018,37 @@ func (m *manager) delete(ctx context.Context, id, why string) error {
 		m.d.log.Info("sandbox deleted", "sandbox", id, "why", why)
 	}
 	return nil
+}
+
+// closeGrace is how long a delete lets the executors end their processes
+// before the backend destroys the sandbox anyway.
+const closeGrace = 10 * time.Second
+
+// closeThenDestroy ends a sandbox being deleted: closeExecutors ends the
+// executors' processes gracefully, then destroy ends everything else. A
+// close still running after grace does not hold destroy back: processes
+// that no signal ends (a paused container's are frozen) end only when
+// destroy has run (runc thaws what it kills), which lets the close
+// return; it is waited for one more grace at most.
+func closeThenDestroy(ctx context.Context, grace time.Duration, closeExecutors, destroy func(context.Context) error) error {
+	closed := make(chan error, 1)
+	go func() { closed <- closeExecutors(ctx) }()
+	var errs error
+	select {
+	case errs = <-closed:
+		closed = nil
+	case <-time.After(grace):
+	}
+	errs = errors.Join(errs, destroy(ctx))
+	if closed != nil {
+		select {
+		case err := <-closed:
+			errs = errors.Join(errs, err)
+		case <-time.After(grace):
+			errs = errors.Join(errs, fmt.Errorf("the executors did not close within %v of the sandbox's destruction", grace))
+		}
+	}
+	return errs
 }
 
 // waitIdle waits until no action of the sandbox is in flight.

@@ -4,12 +4,15 @@ import (
 	"archive/tar"
 	"bytes"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -100,18 +103,42 @@ func testFileActions(t *testing.T, c *client.Client, id string) {
 	}
 }
 
-// plant makes the sandbox itself create hostile things in its workspace and
-// returns a sentinel directory outside it (beside the daemon's state) that
-// must never change.
-func plant(t *testing.T, d *daemon, c *client.Client, id string) (outside string) {
+// plant makes the sandbox itself create hostile things in its workspace
+// (a wasm sandbox has no shell: they are made in its directory on the
+// host, as an upload or a module could) and returns a sentinel directory
+// outside it (beside the daemon's state) that must never change.
+func plant(t *testing.T, r *rig, id string) (outside string) {
 	t.Helper()
-	outside = filepath.Join(d.dir, "outside")
+	outside = filepath.Join(r.d.dir, "outside")
 	if err := os.MkdirAll(outside, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	os.WriteFile(filepath.Join(outside, "secret"), []byte("host secret\n"), 0o644)
-	wantRun(t, run(t, c, id, fmt.Sprintf(`ln -s %[1]s abs && ln -s ../../../outside rel && ln -s abs chain && ln -s /etc/passwd passwd && ln -s /dev/zero zero && ln -s %[1]s/secret secret && mkfifo fifo && echo ok`, outside)), 0, "ok\n")
+	if r.backend != api.BackendWasm {
+		wantRun(t, run(t, r.c, id, fmt.Sprintf(`ln -s %[1]s abs && ln -s ../../../outside rel && ln -s abs chain && ln -s /etc/passwd passwd && ln -s /dev/zero zero && ln -s %[1]s/secret secret && mkfifo fifo && echo ok`, outside)), 0, "ok\n")
+		return outside
+	}
+	ws := r.workspaceOnHost(id)
+	for link, target := range map[string]string{"abs": outside, "rel": "../../../outside", "chain": "abs", "passwd": "/etc/passwd", "zero": "/dev/zero", "secret": outside + "/secret"} {
+		if err := os.Symlink(target, filepath.Join(ws, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := syscall.Mkfifo(filepath.Join(ws, "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	return outside
+}
+
+// workspaceOnHost is where a sandbox's workspace is on the host.
+func (r *rig) workspaceOnHost(id string) string {
+	switch r.backend {
+	case api.BackendContainerd:
+		return filepath.Join(r.d.stateDir, "sandboxes", id, "workspace")
+	case api.BackendWasm:
+		return filepath.Join(r.d.stateDir, "wasm", id)
+	}
+	return filepath.Join(r.d.stateDir, "workspaces", id)
 }
 
 func treeHash(t *testing.T, dir string) string {
@@ -137,36 +164,74 @@ func treeHash(t *testing.T, dir string) string {
 	return fmt.Sprintf("%x", h.Sum(nil))
 }
 
+// TestFilesConfinement plants links out of a sandbox's workspace (absolute,
+// relative, chained), a FIFO and a link to /dev/zero, then tries every
+// file action, download and upload through them and through `..` and
+// absolute paths, on every backend: none reads or changes anything
+// outside what the sandbox may see (for a container, its own root), none
+// blocks, and the refusals are permission_denied.
 func TestFilesConfinement(t *testing.T) {
-	d := startDaemon(t)
-	c := d.client()
-	id := newSandbox(t, c)
-	outside := plant(t, d, c, id)
-	before, passwd := treeHash(t, outside), treeHash(t, "/etc/passwd")
+	onEachBackend(t, []string{api.BackendProcess, api.BackendContainerd, api.BackendWasm}, testFilesConfinement)
+}
 
-	paths := []string{"abs/secret", "rel/secret", "chain/secret", "passwd", "secret", "../outside/secret", "/etc/passwd", "sub/../../x", "abs/new", "rel/new"}
-	for _, p := range paths {
+func testFilesConfinement(t *testing.T, backend string) {
+	r := newRig(t, backend)
+	c := r.c
+	id := r.sandbox(t, api.CreateSandboxRequest{})
+	other := r.sandbox(t, api.CreateSandboxRequest{})
+	outside := plant(t, r, id)
+	before, passwd := treeHash(t, outside), treeHash(t, "/etc/passwd")
+	hostPasswd, err := os.ReadFile("/etc/passwd")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Through a planted link: refused everywhere. `..` and absolute
+	// paths are refused where the sandbox sees only its workspace; a
+	// container sees its own root, where they stay.
+	linked := []string{"abs/secret", "rel/secret", "chain/secret", "passwd", "secret", "abs/new", "rel/new"}
+	plain := []string{"../outside/secret", "/etc/passwd", "sub/../../x", outside + "/secret"}
+	for _, p := range append(linked, plain...) {
+		mustRefuse := backend != api.BackendContainerd || slices.Contains(linked, p)
+		check := func(what string, body string, err error) {
+			t.Helper()
+			if strings.Contains(body, "host secret") || body == string(hostPasswd) {
+				t.Errorf("%s %q answered content from outside the sandbox", what, p)
+			}
+			if mustRefuse && !errors.Is(err, client.ErrPermissionDenied) {
+				t.Errorf("%s %q: got %v, want permission_denied", what, p, err)
+			}
+			var cerr *client.Error
+			if err != nil && (!errors.As(err, &cerr) || cerr.Message == "") {
+				t.Errorf("%s %q: %v is not a structured error", what, p, err)
+			}
+		}
 		for _, a := range []*api.Action{
 			api.ReadFile(p), api.WriteFile(p, "pwned\n"), api.View(p), api.Create(p, "pwned\n"),
 			api.StrReplace(p, "root", "pwned"), api.Insert(p, 0, "pwned"),
 		} {
-			done := make(chan error, 1)
-			go func() { _, err := c.Act(ctxT(t, 30*time.Second), id, a); done <- err }()
+			type result struct {
+				o   *api.Observation
+				err error
+			}
+			done := make(chan result, 1)
+			go func() { o, err := c.Act(ctxT(t, 30*time.Second), id, a); done <- result{o, err} }()
 			select {
-			case err := <-done:
-				if !errors.Is(err, client.ErrPermissionDenied) {
-					t.Errorf("%s %s %q: got %v, want permission_denied", a.Kind, a.Command, p, err)
+			case res := <-done:
+				var body string
+				if res.o != nil {
+					body = res.o.Content + res.o.Output
 				}
+				check(a.Kind+" "+a.Command, body, res.err)
 			case <-time.After(10 * time.Second):
 				t.Fatalf("%s %q blocked", a.Kind, p)
 			}
 		}
-		if _, _, err := c.Download(ctxT(t, 30*time.Second), id, p, io.Discard); !errors.Is(err, client.ErrPermissionDenied) {
-			t.Errorf("GET files %q: %v", p, err)
-		}
-		if _, err := c.Upload(ctxT(t, 30*time.Second), id, p, strings.NewReader("pwned"), 5, false); !errors.Is(err, client.ErrPermissionDenied) {
-			t.Errorf("PUT files %q: %v", p, err)
-		}
+		var got bytes.Buffer
+		_, _, err := c.Download(ctxT(t, 30*time.Second), id, p, &got)
+		check("GET files", got.String(), err)
+		_, err = c.Upload(ctxT(t, 30*time.Second), id, p, strings.NewReader("pwned"), 5, false)
+		check("PUT files", "", err)
 	}
 	// A FIFO and /dev/zero never block a read: refused at once.
 	for _, p := range []string{"fifo", "zero"} {
@@ -179,6 +244,15 @@ func TestFilesConfinement(t *testing.T) {
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatalf("read %s blocked", p)
+		}
+		go func() { _, _, err := c.Download(ctxT(t, 30*time.Second), id, p, io.Discard); done <- err }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, client.ErrInvalidArgument) && !errors.Is(err, client.ErrPermissionDenied) {
+				t.Errorf("GET files %s: %v", p, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("GET files %s blocked", p)
 		}
 	}
 	// Downloading the whole workspace sends the links as links.
@@ -196,12 +270,73 @@ func TestFilesConfinement(t *testing.T) {
 	if _, ok := entries["fifo"]; ok {
 		t.Error("the FIFO is in the tar")
 	}
-	if bytes.Contains(buf.Bytes(), []byte("host secret")) || bytes.Contains(buf.Bytes(), []byte("root:x:0:0")) {
+	if bytes.Contains(buf.Bytes(), []byte("host secret")) || bytes.Contains(buf.Bytes(), hostPasswd) {
 		t.Error("the tar holds content from outside the sandbox")
 	}
+	testEncodedTraversal(t, r, id, hostPasswd)
 	if treeHash(t, outside) != before || treeHash(t, "/etc/passwd") != passwd {
 		t.Fatal("something outside the sandbox changed")
 	}
+	if _, err := c.WriteFile(ctxT(t, 30*time.Second), other, "ok.txt", "fine"); err != nil {
+		t.Errorf("another sandbox's files: %v", err)
+	}
+	r.done(t)
+}
+
+// testEncodedTraversal asks the files endpoint for percent-encoded
+// traversals, as raw requests (a client would encode the % itself): the
+// daemon decodes the query once, and what it decodes is confined like any
+// path. Refusals are structured errors.
+func testEncodedTraversal(t *testing.T, r *rig, id string, hostPasswd []byte) {
+	t.Helper()
+	confined := r.backend != api.BackendContainerd // sees only its workspace
+	for _, tc := range []struct {
+		target string
+		// want is the status where the sandbox sees only its workspace;
+		// a container resolves `..` and absolute paths in its own root.
+		want, wantContainer int
+	}{
+		{"/files?path=%2e%2e%2f%2e%2e%2fetc%2fpasswd", 403, 200},
+		{"/files?path=%2E%2E/%2e%2E/%2e%2e/%2e%2e/%2e%2e/%2e%2e/etc/passwd", 403, 200},
+		{"/files?path=..%2f..%2f..%2foutside%2fsecret", 403, 404},
+		{"/files?path=%2fetc%2fpasswd", 403, 200},
+		{"/files?path=sub%2f%2e%2e%2f%2e%2e%2f%2e%2e%2f%2e%2e%2fetc%2fshadow", 403, 404},
+		{"/files?path=%252e%252e%252f%252e%252e%252fetc%252fpasswd", 404, 404},
+		{"/files?path=abs%2fsecret", 403, 403},
+		{"/files?path=secret%00.txt", 400, 400},
+		{"%2f..%2f..%2fetc/files?path=passwd", 404, 404},
+	} {
+		req, err := http.NewRequest("GET", "http://"+r.d.tcp+"/v1/sandboxes/"+id+tc.target, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+r.d.token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", tc.target, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		want := tc.want
+		if !confined {
+			want = tc.wantContainer
+		}
+		if resp.StatusCode != want {
+			t.Errorf("GET %s: %d %.200s, want %d", tc.target, resp.StatusCode, body, want)
+		}
+		if bytes.Contains(body, []byte("host secret")) || bytes.Equal(body, hostPasswd) {
+			t.Errorf("GET %s answered content from outside the sandbox", tc.target)
+		}
+		if resp.StatusCode >= 300 {
+			var e struct {
+				Error struct{ Code, Message string }
+			}
+			if err := json.Unmarshal(body, &e); err != nil || e.Error.Code == "" || e.Error.Message == "" {
+				t.Errorf("GET %s: %d with %q, not a structured error", tc.target, resp.StatusCode, body)
+			}
+		}
+	}
+	http.DefaultClient.CloseIdleConnections()
 }
 
 func tarEntries(t *testing.T, b []byte) map[string]*tar.Header {
@@ -250,15 +385,23 @@ func makeTar(t *testing.T, entries ...tarEntry) []byte {
 	return buf.Bytes()
 }
 
+// TestTarUploads extracts good and hostile archives on every backend:
+// `..` entries, absolute names, links out and hard links to host files
+// refuse the whole upload (permission_denied, nothing extracted), an entry
+// through a planted link is refused, and archive bombs are too_large.
 func TestTarUploads(t *testing.T) {
+	onEachBackend(t, []string{api.BackendProcess, api.BackendContainerd, api.BackendWasm}, testTarUploads)
+}
+
+func testTarUploads(t *testing.T, backend string) {
 	cfg := filepath.Join(t.TempDir(), "config.toml")
 	os.WriteFile(cfg, []byte("[files]\nmax_transfer_entries = 50\nmax_transfer_bytes = 1048576\n"), 0o644)
-	d := startDaemon(t, "--config", cfg)
-	c := d.client()
-	id := newSandbox(t, c)
-	outside := plant(t, d, c, id)
+	r := newRig(t, backend, "--config", cfg)
+	c := r.c
+	id := r.sandbox(t, api.CreateSandboxRequest{})
+	outside := plant(t, r, id)
 	before := treeHash(t, outside)
-	ws := filepath.Join(d.stateDir, "workspaces", id)
+	ws := r.workspaceOnHost(id)
 	put := func(dir string, archive []byte) (*api.TransferResult, error) {
 		return c.Upload(ctxT(t, 30*time.Second), id, dir, bytes.NewReader(archive), int64(len(archive)), true)
 	}
@@ -272,7 +415,11 @@ func TestTarUploads(t *testing.T) {
 	if err != nil || res.Files != 2 || res.Bytes != 3 {
 		t.Fatalf("good upload: %+v %v", res, err)
 	}
-	wantRun(t, run(t, c, id, "cat proj/proj-dir/a.txt proj/link"), 0, "ABB")
+	for p, want := range map[string]string{"proj/proj-dir/a.txt": "A", "proj/link": "BB"} {
+		if o, err := c.ReadFile(ctxT(t, 30*time.Second), id, p); err != nil || o.Content != want {
+			t.Errorf("%s after the upload: %+v %v", p, o, err)
+		}
+	}
 
 	wsBefore := treeHash(t, ws)
 	bad := []struct {
@@ -318,6 +465,7 @@ func TestTarUploads(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(ws, "big.bin")); !os.IsNotExist(err) {
 		t.Fatal("a refused upload left a file")
 	}
+	r.done(t)
 }
 
 // TestUploadDownloadRoundTrip runs on the process and containerd backends: the file

@@ -11,8 +11,11 @@
 // arriving on the output stream: no polling, no fork per command.
 //
 // Ctrl-C is a ^C byte on the terminal (the line discipline signals the
-// foreground job); a hard timeout sends SIGINT to the shell and SIGKILL to
-// the foreground process group, which aborts the rest of the command line.
+// foreground job), sent once the shell has printed the command's start
+// marker: with the signal the terminal discards unread input, which before
+// then is part of the command. A hard timeout sends SIGINT to the shell
+// and SIGKILL to the foreground process group, which aborts the rest of
+// the command line.
 package bash
 
 import (
@@ -141,6 +144,9 @@ func (e *Executor) Reattach(ctx context.Context, infos []SessionInfo, running ma
 		s := e.emptySession(info.Name, info.Nonce)
 		s.handle = info.Handle
 		s.running = running[info.Name]
+		// A previous daemon typed it, with or without a start marker:
+		// the shell has long read it.
+		s.started = s.running
 		p, err := r.Reattach(ctx, info.Handle, s)
 		if err != nil {
 			e.log.Info("bash session not re-attached", "session", info.Name, "err", err)
@@ -506,6 +512,7 @@ type session struct {
 	changed  chan struct{} // closed and replaced when a command completes or the shell ends
 	starting bool          // no marker yet: output is the shell's start-up noise
 	running  bool          // a command is in flight
+	started  bool          // the shell has begun it: all its typed text is read
 	gen      int64         // counts commands, so a stale hard timer does nothing
 	waiters  int           // actions waiting on this session
 	cmdSink  executors.OutputSink
@@ -527,7 +534,7 @@ type session struct {
 func (s *session) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.parser.Feed(p, s.text, s.marker)
+	s.parser.Feed(p, s.text, s.marker, s.begin)
 	return len(p), nil
 }
 
@@ -548,6 +555,15 @@ func (s *session) text(p []byte) {
 	}
 	if s.live != nil {
 		s.live.Live(api.StreamPTY, p)
+	}
+}
+
+// begin handles a start marker: the shell has read the whole command and
+// runs it; s.mu is held.
+func (s *session) begin() {
+	if s.running && !s.started {
+		s.started = true
+		s.notify()
 	}
 }
 
@@ -629,7 +645,7 @@ func (s *session) do(ctx context.Context, a *api.Action, out executors.OutputSin
 		}
 		s.out.Reset()
 		s.idle.Reset()
-		s.running, s.timedOut = true, false
+		s.running, s.timedOut, s.started = true, false, false
 		s.gen++
 		s.cmdSink = out
 		if hard := a.HardTimeoutS; hard > 0 {
@@ -731,11 +747,48 @@ func (s *session) interrupt(ctx context.Context, a *api.Action, out executors.Ou
 		s.mu.Unlock()
 		return obs, nil
 	}
+	// A ^C also makes the terminal discard the input the shell has not
+	// read yet. Before the shell has begun the command, that is the rest
+	// of the command's typed lines, marker request included: the command
+	// would then neither run nor end, and the session would wait for it
+	// forever. So the ^C waits for the command's start marker.
+	begun := time.Now()
+	if !s.awaitStart(ctx, timeout) {
+		// It ended by itself meanwhile, or has not begun in time.
+		obs := s.observation(a.Kind)
+		if obs.Running {
+			obs.Note = "the command has not started yet, so it was not interrupted; interrupt it again, or wait for it with a run action with an empty command"
+		}
+		s.mu.Unlock()
+		return obs, nil
+	}
 	if _, err := s.proc.Stdin().Write([]byte{0x03}); err != nil {
 		s.mu.Unlock()
 		return api.Observation{}, fmt.Errorf("interrupt session %q: %w", s.name, err)
 	}
-	return s.await(ctx, a.Kind, out, timeout)
+	return s.await(ctx, a.Kind, out, timeout-time.Since(begun))
+}
+
+// awaitStart waits, with s.mu held on entry and return, until the running
+// command has begun or is over, or timeout passes, and reports whether it
+// has begun and still runs.
+func (s *session) awaitStart(ctx context.Context, timeout time.Duration) bool {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for s.running && !s.ended && !s.started {
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+			s.mu.Lock()
+			continue
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+		s.mu.Lock()
+		break
+	}
+	return s.running && !s.ended && s.started
 }
 
 // hardTimeout kills the foreground job of command gen if it still runs.
@@ -792,6 +845,7 @@ func typeCommand(command string) []byte {
 			out = append(out, '\\', 'x', hexdig[c>>4], hexdig[c&15])
 		}
 	}
-	out = append(out, "'\n__sbx_m=1; eval \"$__sbx_c\"; __sbx_p\n"...)
+	// The start marker says the shell has read all of the above.
+	out = append(out, "'\n__sbx_m=1; printf '\\033]697;%s;S\\007' \"$__sbx_n\"; eval \"$__sbx_c\"; __sbx_p\n"...)
 	return out
 }

@@ -9,10 +9,18 @@ import (
 //
 //	ESC ] 697 ; <nonce> ; <exit code> ; <cwd length in bytes> ; <cwd> BEL
 //
+// and a start marker when it begins a command, having read all of its
+// typed text:
+//
+//	ESC ] 697 ; <nonce> ; S BEL
+//
 // An OSC sequence, so a terminal would ignore it; the nonce is random per
 // session, so output that merely looks like a marker is taken as text; the
 // cwd is length-prefixed, so any path (';', BEL, newlines) parses.
 const oscPrefix = "\x1b]697;"
+
+// startCode is parse's code for a start marker.
+const startCode = -1
 
 // maxCwd bounds the cwd length a marker may claim (PATH_MAX).
 const maxCwd = 4096
@@ -29,8 +37,9 @@ func newMarkerParser(nonce string) *markerParser {
 }
 
 // Feed parses p, calling text for plain output (in order, possibly in
-// several pieces) and marker for each complete marker.
-func (m *markerParser) Feed(p []byte, text func([]byte), marker func(code int, cwd string)) {
+// several pieces), marker for each complete marker and start (if not nil)
+// for each start marker.
+func (m *markerParser) Feed(p []byte, text func([]byte), marker func(code int, cwd string), start func()) {
 	if len(m.pend) > 0 {
 		m.pend = append(m.pend, p...)
 		p, m.pend = m.pend, nil
@@ -55,6 +64,11 @@ func (m *markerParser) Feed(p []byte, text func([]byte), marker func(code int, c
 			// Not a marker: the ESC is text.
 			text(p[:1])
 			p = p[1:]
+		case code == startCode:
+			if start != nil {
+				start()
+			}
+			p = p[n:]
 		default:
 			marker(code, cwd)
 			p = p[n:]
@@ -62,8 +76,8 @@ func (m *markerParser) Feed(p []byte, text func([]byte), marker func(code int, c
 	}
 }
 
-// parse tries to read a marker at the start of p. n < 0 means p is a
-// proper prefix of a possible marker.
+// parse tries to read a marker at the start of p (a start marker has code
+// startCode). n < 0 means p is a proper prefix of a possible marker.
 func (m *markerParser) parse(p []byte) (code int, cwd string, n int, ok bool) {
 	k := min(len(p), len(m.prefix))
 	if !bytes.Equal(p[:k], m.prefix[:k]) {
@@ -73,6 +87,15 @@ func (m *markerParser) parse(p []byte) (code int, cwd string, n int, ok bool) {
 		return 0, "", -1, false
 	}
 	i := len(m.prefix)
+	if i < len(p) && p[i] == 'S' {
+		switch {
+		case i+1 == len(p):
+			return 0, "", -1, false
+		case p[i+1] == '\a':
+			return startCode, "", i + 2, true
+		}
+		return 0, "", 0, false
+	}
 	code, i, st := number(p, i, 3)
 	if st != 1 {
 		return 0, "", st, false

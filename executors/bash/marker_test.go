@@ -22,17 +22,25 @@ func mk(nonce string, code int, cwd string) string {
 	return oscPrefix + nonce + ";" + strconv.Itoa(code) + ";" + strconv.Itoa(len(cwd)) + ";" + cwd + "\a"
 }
 
-// ev is one thing the parser reported: text, or a marker.
+// mkStart is a start marker as the shell prints it.
+func mkStart(nonce string) string { return oscPrefix + nonce + ";S\a" }
+
+// ev is one thing the parser reported: text, a marker or a start marker.
 type ev struct {
 	Text   string
 	Marker bool
+	Start  bool
 	Code   int
 	Cwd    string
 }
 
 func txt(s string) ev              { return ev{Text: s} }
 func mark(code int, cwd string) ev { return ev{Marker: true, Code: code, Cwd: cwd} }
+func begun() ev                    { return ev{Marker: true, Start: true} }
 func (e ev) String() string {
+	if e.Start {
+		return "start"
+	}
 	if e.Marker {
 		return fmt.Sprintf("marker(%d,%q)", e.Code, e.Cwd)
 	}
@@ -52,6 +60,8 @@ func feedAll(nonce string, chunks [][]byte) (events []ev, held string) {
 			events = append(events, txt(string(p)))
 		}, func(code int, cwd string) {
 			events = append(events, mark(code, cwd))
+		}, func() {
+			events = append(events, begun())
 		})
 	}
 	// Empty text pieces are harmless; drop them so comparisons are exact.
@@ -80,6 +90,8 @@ func feedReused(nonce string, chunks [][]byte) (events []ev, held string) {
 			events = append(events, txt(string(p)))
 		}, func(code int, cwd string) {
 			events = append(events, mark(code, cwd))
+		}, func() {
+			events = append(events, begun())
 		})
 		for i := range buf {
 			buf[i] = 'Z'
@@ -127,6 +139,11 @@ func markerCases() []markerCase {
 		{"other OSC 697", "\x1b]6970;" + N + ";0;1;/\a", []ev{txt("\x1b]6970;" + N + ";0;1;/\a")}, ""},
 		{"double ESC before marker", "\x1b\x1b" + mk(N, 3, "/"), []ev{txt("\x1b\x1b"), mark(3, "/")}, ""},
 		{"many ESCs", strings.Repeat("\x1b", 10) + "x", []ev{txt(strings.Repeat("\x1b", 10) + "x")}, ""},
+		{"start marker", mkStart(N), []ev{begun()}, ""},
+		{"start, output, marker", mkStart(N) + "out\n" + mk(N, 0, "/"), []ev{begun(), txt("out\n"), mark(0, "/")}, ""},
+		{"start marker of another nonce", mkStart("deadbeef") + "x", []ev{txt(mkStart("deadbeef") + "x")}, ""},
+		{"start without BEL", oscPrefix + N + ";Sx" + mk(N, 0, "/"), []ev{txt(oscPrefix + N + ";Sx"), mark(0, "/")}, ""},
+		{"start at end", "x" + oscPrefix + N + ";S", []ev{txt("x")}, oscPrefix + N + ";S"},
 
 		// Wrong nonces are text.
 		{"wrong nonce", mk("deadbeef", 0, "/") + "x", []ev{txt(mk("deadbeef", 0, "/") + "x")}, ""},
@@ -227,7 +244,7 @@ func TestMarkerParserHeldESC(t *testing.T) {
 		m := newMarkerParser(testNonce)
 		var got []ev
 		for i, c := range tt.chunks {
-			m.Feed([]byte(c), func(p []byte) { got = append(got, txt(string(p))) }, func(code int, cwd string) { got = append(got, mark(code, cwd)) })
+			m.Feed([]byte(c), func(p []byte) { got = append(got, txt(string(p))) }, func(code int, cwd string) { got = append(got, mark(code, cwd)) }, nil)
 			if i == 0 && len(m.pend) == 0 && strings.HasSuffix(c, "\x1b") {
 				t.Errorf("%q: the trailing ESC was not held", c)
 			}
@@ -260,10 +277,10 @@ func TestMarkerParserPendingBounded(t *testing.T) {
 	m := newMarkerParser(testNonce)
 	var text int
 	noop := func(code int, cwd string) { t.Errorf("unexpected marker %d %q", code, cwd) }
-	m.Feed([]byte(oscPrefix+testNonce+";0;4096;"), func(p []byte) { text += len(p) }, noop)
+	m.Feed([]byte(oscPrefix+testNonce+";0;4096;"), func(p []byte) { text += len(p) }, noop, nil)
 	bound := len(oscPrefix) + len(testNonce) + 1 + 4 + 5 + maxCwd + 1
 	for i := 0; i < 10000; i++ {
-		m.Feed([]byte("x"), func(p []byte) { text += len(p) }, noop)
+		m.Feed([]byte("x"), func(p []byte) { text += len(p) }, noop, nil)
 		if len(m.pend) > bound {
 			t.Fatalf("after %d bytes the parser holds %d bytes (bound %d)", i, len(m.pend), bound)
 		}
@@ -281,7 +298,7 @@ func TestMarkerParserPendingBounded(t *testing.T) {
 func TestMarkerParserRebuildsStream(t *testing.T) {
 	r := rand.New(rand.NewSource(3))
 	pieces := []string{"a", "\n", "\x1b", "\x1b[0m", "\x1b]697;", testNonce, ";", "0", "12", "é", "日",
-		mk(testNonce, 0, "/"), mk(testNonce, 1, "/a;b\a"), mk("other", 0, "/"), "\a"}
+		mk(testNonce, 0, "/"), mk(testNonce, 1, "/a;b\a"), mk("other", 0, "/"), "\a", mkStart(testNonce), "S"}
 	for trial := 0; trial < 2000; trial++ {
 		var sb strings.Builder
 		for k := r.Intn(20); k > 0; k-- {
@@ -291,9 +308,12 @@ func TestMarkerParserRebuildsStream(t *testing.T) {
 		whole, heldW := feedAll(testNonce, [][]byte{[]byte(stream)})
 		var rebuilt strings.Builder
 		for _, e := range whole {
-			if e.Marker {
+			switch {
+			case e.Start:
+				rebuilt.WriteString(mkStart(testNonce))
+			case e.Marker:
 				rebuilt.WriteString(mk(testNonce, e.Code, e.Cwd))
-			} else {
+			default:
 				rebuilt.WriteString(e.Text)
 			}
 		}
@@ -321,6 +341,7 @@ func FuzzMarkerParser(f *testing.F) {
 		f.Add([]byte(tc.stream), uint(len(tc.stream)/2))
 	}
 	f.Add([]byte(mk(testNonce, 0, "/")), uint(3))
+	f.Add([]byte(mkStart(testNonce)+"out\n"+mk(testNonce, 0, "/")), uint(30))
 	f.Fuzz(func(t *testing.T, data []byte, cut uint) {
 		at := int(cut % uint(len(data)+1))
 		whole, heldW := feedAll(testNonce, [][]byte{data})
@@ -349,6 +370,10 @@ func FuzzMarkerParser(f *testing.F) {
 		var rebuilt strings.Builder
 		total := len(heldW)
 		for _, e := range whole {
+			if e.Start {
+				rebuilt.WriteString(mkStart(testNonce))
+				continue
+			}
 			if e.Marker {
 				if e.Code < 0 || e.Code > 999 || len(e.Cwd) > maxCwd {
 					t.Fatalf("marker out of range: %v", e)
@@ -622,6 +647,7 @@ func TestTypedCommandsInInteractiveBash(t *testing.T) {
 	want := []ev{mark(0, "/tmp")} // the first prompt
 	cwd := "/tmp"
 	for _, s := range steps {
+		want = append(want, begun())
 		if s.out != "" {
 			want = append(want, txt(s.out))
 		}
