@@ -10,7 +10,7 @@ DEBIAN_SECURITY_MIRROR ?= http://deb.debian.org/debian-security
 IMAGE_PACKAGES = bash ca-certificates procps python3 python3-ipykernel chromium fonts-dejavu-core
 IMAGE_ROOT ?= build/image-root
 
-.PHONY: build install uninstall test fuzz bench image
+.PHONY: build install uninstall test test-long fuzz bench image
 # Static binaries: the helper runs inside containers of any image.
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/sandboxd ./cmd/sandboxd
@@ -24,6 +24,11 @@ uninstall:
 
 test:
 	$(GO) test -race -count=1 -timeout 60m ./...
+
+# The load and churn tests at the issue's sizes (64 clients, 20 containerd
+# sandboxes, 60 s runs, 20 churn rounds); `make test` runs them short.
+test-long:
+	SANDBOXD_TEST_LONG=1 $(GO) test -race -count=1 -timeout 90m -run 'TestLoad|TestChurn' ./tests/
 
 # Every fuzz target from its corpus in testdata/fuzz, FUZZTIME each (CI
 # runs them for 20s; longer on demand: make fuzz FUZZTIME=30m).

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
 	"unicode/utf8"
 
 	"github.com/sandboxd/sandboxd/api"
@@ -443,6 +444,35 @@ func TestDecodeErrorUnknownCode(t *testing.T) {
 	}
 	if !errors.Is(err, ErrInternal) {
 		t.Errorf("an unknown code must be internal")
+	}
+}
+
+func TestDecodeErrorRetryAfter(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		header string
+		want   time.Duration
+	}{
+		{"", 0},
+		{"1", time.Second},
+		{" 30 ", 30 * time.Second},
+		{"0", 0},
+		{"-1", 0},
+		{"1.5", 0},
+		{"soon", 0},
+		{"99999999999", 0},
+		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second},
+		{now.Add(-time.Minute).Format(http.TimeFormat), 0},
+	} {
+		if got := retryAfter(tt.header, now); got != tt.want {
+			t.Errorf("retryAfter(%q) = %v, want %v", tt.header, got, tt.want)
+		}
+	}
+	resp := response(429, `{"error":{"code":"resource_exhausted","message":"full"}}`)
+	resp.Header.Set("Retry-After", "2")
+	var e *Error
+	if err := decodeError(resp); !errors.As(err, &e) || e.RetryAfter != 2*time.Second || e.Code != api.CodeResourceExhausted {
+		t.Fatalf("decodeError = %+v", err)
 	}
 }
 

@@ -31,6 +31,14 @@ type benchReport struct {
 	Errors       map[string]int          `json:"errors_by_code"`
 	DaemonBefore map[string]float64      `json:"daemon_before"`
 	DaemonAfter  map[string]float64      `json:"daemon_after"`
+
+	// Refused counts, by code, the errors that came with a Retry-After:
+	// admission control's explicit refusals, which the client waited out
+	// before its next action. An error counted in Errors but not here
+	// was not a refusal.
+	Refused map[string]int `json:"refused_by_code"`
+	// ErrorSamples holds one message of each code, to tell why.
+	ErrorSamples map[string]string `json:"error_samples,omitempty"`
 }
 
 type benchLatency struct {
@@ -72,7 +80,7 @@ func bench(ctx context.Context, c *client.Client, args []string, stdout io.Write
 	if err != nil {
 		return err
 	}
-	rep := benchReport{Clients: *clients, Sandboxes: *sandboxes, Backend: *backend, Errors: map[string]int{}, ByKind: map[string]benchLatency{}}
+	rep := benchReport{Clients: *clients, Sandboxes: *sandboxes, Backend: *backend, Errors: map[string]int{}, Refused: map[string]int{}, ErrorSamples: map[string]string{}, ByKind: map[string]benchLatency{}}
 	if rep.DaemonBefore, err = gauges(ctx, c); err != nil {
 		return err
 	}
@@ -114,14 +122,35 @@ func bench(ctx context.Context, c *client.Client, args []string, stdout io.Write
 				t := time.Now()
 				err := benchAction(ctx, c, id, kind, session, fmt.Sprintf("bench-%d-%d.txt", i, n%8))
 				d := time.Since(t)
+				var wait time.Duration
 				mu.Lock()
 				if err != nil {
-					rep.Errors[string(errorCode(err))]++
+					code := string(errorCode(err))
+					rep.Errors[code]++
+					if _, ok := rep.ErrorSamples[code]; !ok {
+						rep.ErrorSamples[code] = err.Error()
+					}
+					var ce *client.Error
+					if errors.As(err, &ce) && ce.RetryAfter > 0 {
+						rep.Refused[code]++
+						wait = ce.RetryAfter
+					}
 				} else {
 					byKind[kind] = append(byKind[kind], d)
 					all = append(all, d)
 				}
 				mu.Unlock()
+				// A refusal says when to come back: coming back sooner
+				// only adds to the load that was refused. Up to half as
+				// long again, at random, so that clients refused together
+				// do not all come back together.
+				if wait > 0 {
+					wait += time.Duration(r.Int63n(int64(wait/2) + 1))
+					select {
+					case <-time.After(min(wait, time.Until(deadline))):
+					case <-ctx.Done():
+					}
+				}
 			}
 		}()
 	}
@@ -138,7 +167,9 @@ func bench(ctx context.Context, c *client.Client, args []string, stdout io.Write
 	defer cancel()
 	for _, id := range ids {
 		if err := c.DeleteSandbox(cctx, id); err != nil {
-			rep.Errors["delete:"+string(errorCode(err))]++
+			code := "delete:" + string(errorCode(err))
+			rep.Errors[code]++
+			rep.ErrorSamples[code] = err.Error()
 		}
 	}
 	ids = nil
@@ -267,7 +298,11 @@ func printBench(w io.Writer, r *benchReport) {
 		}
 		sort.Strings(codes)
 		for _, c := range codes {
-			fmt.Fprintf(w, "errors %s: %d\n", c, r.Errors[c])
+			if n := r.Refused[c]; n > 0 {
+				fmt.Fprintf(w, "errors %s: %d (%d refusals with Retry-After, waited out)\n", c, r.Errors[c], n)
+			} else {
+				fmt.Fprintf(w, "errors %s: %d (e.g. %s)\n", c, r.Errors[c], r.ErrorSamples[c])
+			}
 		}
 	}
 	fmt.Fprintf(w, "daemon            before    after\n")
