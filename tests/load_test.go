@@ -8,10 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	mathrand "math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,21 +38,25 @@ const benchLabel = "sandboxd-bench"
 
 // loadReport is the report of `sandboxd bench --json`.
 type loadReport struct {
-	Clients   int     `json:"clients"`
-	Sandboxes int     `json:"sandboxes"`
-	Backend   string  `json:"backend"`
-	DurationS float64 `json:"duration_s"`
-	Actions   int     `json:"actions"`
-	PerSecond float64 `json:"actions_per_s"`
-	Latency   struct {
-		N             int
-		P50, P90, P99 float64
-	} `json:"latency_ms"`
-	Errors       map[string]int     `json:"errors_by_code"`
-	Refused      map[string]int     `json:"refused_by_code"`
-	ErrorSamples map[string]string  `json:"error_samples"`
-	DaemonBefore map[string]float64 `json:"daemon_before"`
-	DaemonAfter  map[string]float64 `json:"daemon_after"`
+	Clients      int                       `json:"clients"`
+	Sandboxes    int                       `json:"sandboxes"`
+	Backend      string                    `json:"backend"`
+	DurationS    float64                   `json:"duration_s"`
+	Actions      int                       `json:"actions"`
+	PerSecond    float64                   `json:"actions_per_s"`
+	Latency      benchLatencies            `json:"latency_ms"`
+	ByKind       map[string]benchLatencies `json:"latency_ms_by_kind"`
+	Errors       map[string]int            `json:"errors_by_code"`
+	Refused      map[string]int            `json:"refused_by_code"`
+	ErrorSamples map[string]string         `json:"error_samples"`
+	DaemonBefore map[string]float64        `json:"daemon_before"`
+	DaemonAfter  map[string]float64        `json:"daemon_after"`
+}
+
+// benchLatencies are a report's latency percentiles, in ms.
+type benchLatencies struct {
+	N             int
+	P50, P90, P99 float64
 }
 
 // benchRun is a run of the real `sandboxd bench --json` against a daemon.
@@ -120,6 +126,10 @@ func logBench(t *testing.T, r *loadReport) {
 		r.Clients, r.Sandboxes, backend, r.DurationS, r.Actions, r.PerSecond, r.Latency.P50, r.Latency.P90, r.Latency.P99,
 		r.Errors, r.Refused, b["sandboxd_goroutines"], a["sandboxd_goroutines"], b["sandboxd_open_fds"], a["sandboxd_open_fds"],
 		b["sandboxd_resident_bytes"]/1e6, a["sandboxd_resident_bytes"]/1e6)
+	for _, k := range slices.Sorted(maps.Keys(r.ByKind)) {
+		l := r.ByKind[k]
+		t.Logf("bench: %s: %d, p50 %.2f ms, p90 %.2f ms, p99 %.2f ms", k, l.N, l.P50, l.P90, l.P99)
+	}
 	if len(r.ErrorSamples) > 0 {
 		t.Logf("bench: an error of each code: %v", r.ErrorSamples)
 	}
