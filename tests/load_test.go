@@ -385,17 +385,19 @@ func TestLoadAdmission(t *testing.T) {
 		err error
 	}
 	holds := make([]chan held, maxActions)
+	holdCtx := ctxT(t, 11*time.Minute)
 	for i := range holds {
 		holds[i] = make(chan held, 1)
 		a := api.Run("sleep 600")
 		a.Session, a.TimeoutS = fmt.Sprintf("hold-%d", i), api.Seconds(600)
 		go func() {
-			o, err := c.Act(ctxT(t, 11*time.Minute), own, a)
+			o, err := c.Act(holdCtx, own, a)
 			holds[i] <- held{o, err}
 		}()
 	}
+	metricsCtx := ctxT(t, 2*time.Minute)
 	eventually(t, 60*time.Second, "the daemon to run the 4 held actions", func() bool {
-		m, err := c.Metrics(ctxT(t, 10*time.Second))
+		m, err := c.Metrics(metricsCtx)
 		return err == nil && m["sandboxd_actions_in_flight"] == maxActions
 	})
 	release := func(i int) {
