@@ -668,22 +668,7 @@ func (s *session) await(ctx context.Context, kind string, out executors.OutputSi
 	s.waiters++
 	prevLive := s.live
 	s.live = out
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-wait:
-	for s.running && !s.ended {
-		ch := s.changed
-		s.mu.Unlock()
-		select {
-		case <-ch:
-			s.mu.Lock()
-			continue
-		case <-timer.C:
-		case <-ctx.Done():
-		}
-		s.mu.Lock()
-		break wait
-	}
+	s.waitUntil(ctx, timeout, func() bool { return !s.running || s.ended })
 	s.waiters--
 	if s.live == out {
 		s.live = prevLive
@@ -773,9 +758,17 @@ func (s *session) interrupt(ctx context.Context, a *api.Action, out executors.Ou
 // command has begun or is over, or timeout passes, and reports whether it
 // has begun and still runs.
 func (s *session) awaitStart(ctx context.Context, timeout time.Duration) bool {
+	s.waitUntil(ctx, timeout, func() bool { return !s.running || s.ended || s.started })
+	return s.running && !s.ended && s.started
+}
+
+// waitUntil waits, with s.mu held on entry and return, until done holds
+// (looked at again each time s.changed is closed), timeout passes or ctx
+// ends.
+func (s *session) waitUntil(ctx context.Context, timeout time.Duration, done func() bool) {
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
-	for s.running && !s.ended && !s.started {
+	for !done() {
 		ch := s.changed
 		s.mu.Unlock()
 		select {
@@ -786,9 +779,8 @@ func (s *session) awaitStart(ctx context.Context, timeout time.Duration) bool {
 		case <-ctx.Done():
 		}
 		s.mu.Lock()
-		break
+		return
 	}
-	return s.running && !s.ended && s.started
 }
 
 // hardTimeout kills the foreground job of command gen if it still runs.
