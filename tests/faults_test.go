@@ -364,12 +364,7 @@ func testKill9UnderLoad(t *testing.T, backend string) {
 			t.Errorf("after the restart: %+v", o)
 		}
 	}
-	for _, id := range ids {
-		if err := c.DeleteSandbox(ctxT(t, 60*time.Second), id); err != nil {
-			t.Errorf("delete %s: %v", id, err)
-		}
-	}
-	c.CloseIdle()
+	deleteAll(t, c, ids)
 	leaks.check()
 }
 
@@ -709,12 +704,7 @@ func TestStateDirFull(t *testing.T) {
 			t.Errorf("after the restart: %+v", o)
 		}
 	}
-	for _, id := range ids {
-		if err := c.DeleteSandbox(ctxT(t, 60*time.Second), id); err != nil {
-			t.Errorf("delete %s: %v", id, err)
-		}
-	}
-	c.CloseIdle()
+	deleteAll(t, c, ids)
 	leaks.check()
 }
 

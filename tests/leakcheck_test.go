@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/client"
 )
 
 // The one leak checker of the suite. A test takes a baseline before its
@@ -286,4 +288,16 @@ func stateHoldings(stateDir string) map[string]bool {
 		return nil
 	})
 	return out
+}
+
+// deleteAll deletes a test's sandboxes and closes its client's idle
+// connections: what a test does before its leak check.
+func deleteAll(t testing.TB, c *client.Client, ids []string) {
+	t.Helper()
+	for _, id := range ids {
+		if err := c.DeleteSandbox(ctxT(t, 60*time.Second), id); err != nil {
+			t.Errorf("delete %s: %v", id, err)
+		}
+	}
+	c.CloseIdle()
 }
