@@ -2,8 +2,11 @@ package tests
 
 import (
 	"errors"
+	"fmt"
 	"os/exec"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -75,6 +78,24 @@ func TestIPython(t *testing.T) {
 			t.Fatalf("cwd after cd in bash: %+v", o)
 		}
 
+		// What the cell's child processes write to fd 1 and 2 is the
+		// cell's output, every time (the launcher's quick flush waits for
+		// ipykernel's fd watcher), and a cell may import debugpy although
+		// the kernel started without it.
+		for i := range 25 {
+			o = cell(t, c, id, fmt.Sprintf("import os, subprocess\nos.system('echo fd-%d')\nsubprocess.run(['sh', '-c', 'echo sub-%d >&2'])\nprint('py-%d')", i, i, i), 60)
+			for _, want := range []string{"fd-", "sub-", "py-"} {
+				if want += strconv.Itoa(i) + "\n"; !strings.Contains(o.Output, want) {
+					t.Fatalf("cell %d: no %q in %q", i, want, o.Output)
+				}
+			}
+		}
+		if exec.Command("/usr/bin/python3", "-c", "import debugpy").Run() == nil {
+			if o = cell(t, c, id, "import debugpy\nprint(debugpy.__name__)", 60); o.Output != "debugpy\n" {
+				t.Fatalf("import debugpy in a cell: %+v %+v", o, o.IPythonError)
+			}
+		}
+
 		// A killed kernel: the next cell gets a new one and says so.
 		o = cell(t, c, id, "import os\nprint(os.getpid())", 60)
 		pid := strings.TrimSpace(o.Output)
@@ -122,7 +143,7 @@ func TestIPythonKernelsAreIndependent(t *testing.T) {
 	}
 	kernels := func() int {
 		n := 0
-		for _, p := range processesOf("ipykernel_launcher") {
+		for _, p := range processesOf("sandboxd ipykernel launcher") {
 			if strings.Contains(p, d.stateDir) {
 				n++
 			}
@@ -139,6 +160,31 @@ func TestIPythonKernelsAreIndependent(t *testing.T) {
 	// A daemon stop leaves none either.
 	d.stop()
 	eventually(t, 10*time.Second, "every kernel to be gone", func() bool { return kernels() == 0 })
+}
+
+// TestIPythonIdleTimeout: a sandbox reaped for idleness takes its kernel
+// with it.
+func TestIPythonIdleTimeout(t *testing.T) {
+	requireIPykernel(t)
+	d := startDaemon(t)
+	c := d.client()
+	ctx := ctxT(t, 60*time.Second)
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{IdleTimeoutS: api.Seconds(2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := cell(t, c, sb.ID, "import os\nos.getpid()", 60)
+	pid, err := strconv.Atoi(o.Output)
+	if err != nil {
+		t.Fatalf("kernel pid: %+v", o)
+	}
+	eventually(t, 30*time.Second, "the idle sandbox to be reaped", func() bool {
+		_, err := c.GetSandbox(ctx, sb.ID)
+		return errors.Is(err, client.ErrNotFound)
+	})
+	eventually(t, 10*time.Second, "its kernel to be gone", func() bool {
+		return syscall.Kill(pid, 0) == syscall.ESRCH
+	})
 }
 
 // TestIPythonUnavailable: without ipykernel the action says what to

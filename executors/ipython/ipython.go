@@ -18,6 +18,7 @@ package ipython
 
 import (
 	"context"
+	_ "embed"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -212,6 +213,13 @@ var errGone = errors.New("the kernel is gone")
 // ansi matches terminal escape sequences in tracebacks.
 var ansi = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]`)
 
+// launcher starts the kernel: ipykernel_launcher plus two start-up and
+// round-trip savings that leave the kernel's behaviour as it was. It is
+// passed with -c, so it needs no file inside the sandbox.
+//
+//go:embed launch.py
+var launcher string
+
 // kernel is one running ipykernel and the daemon's sockets to it.
 type kernel struct {
 	proc    backends.Process
@@ -343,7 +351,10 @@ func (e *Executor) start(ctx context.Context) (_ *kernel, err error) {
 		_ = root.Lchown(connRel, uid, gid)
 	}
 	p, err := e.sb.Start(ctx, backends.ProcessSpec{
-		Argv:   []string{py, "-m", "ipykernel_launcher", "-f", path.Join(view, "kernel.json"), "--HistoryManager.enabled=False"},
+		// No history database, and no pause before each execute_reply
+		// (ipykernel's hedge for clients that stop reading at the reply:
+		// the executor waits for the kernel's idle status instead).
+		Argv:   []string{py, "-c", launcher, "-f", path.Join(view, "kernel.json"), "--HistoryManager.enabled=False", "--IPythonKernel._execute_sleep=0"},
 		Env:    map[string]string{"PYDEVD_DISABLE_FILE_VALIDATION": "1", "MPLBACKEND": "module://matplotlib_inline.backend_inline"},
 		Stderr: k.stderr, Stdout: k.stderr,
 	})
