@@ -81,10 +81,16 @@ def _streams():
         if not idle:
             stock_flush(self)
 
-    # Both or neither: the quick flush is only right with this watcher.
-    for name in ("_watch_pipe_fd", "_setup_stream_redirects", "_flush", "_rotate_buffer"):
-        if not hasattr(OutStream, name):
-            return
+    # Both or neither, and only on the ipykernel 6 streams they were
+    # written for (one buffer written by the caller's thread, an fd watcher
+    # that writes into it): the quick flush is only right with this watcher.
+    fields = {"_buffer", "_flush_pending", "_subprocess_flush_pending", "_fid", "_original_stdstream_copy", "_should_watch"}
+    try:
+        used = set(OutStream.__init__.__code__.co_names) | set(OutStream._setup_stream_redirects.__code__.co_names)
+    except AttributeError:
+        return
+    if not fields <= used or not hasattr(OutStream, "_watch_pipe_fd"):
+        return
     OutStream._watch_pipe_fd = watch
     OutStream.flush = flush
 
