@@ -250,6 +250,10 @@ func (k *kernel) isDead() bool {
 }
 
 func (k *kernel) deathReason() string {
+	if !k.isDead() {
+		// Still running (status is not ours to read yet) but unreachable.
+		return "it stopped taking messages"
+	}
 	st := k.status
 	switch {
 	case k.waitErr != nil:
@@ -580,7 +584,14 @@ func (k *kernel) execute(ctx context.Context, code string, timeout, interruptWai
 		"code": code, "silent": false, "store_history": true, "user_expressions": map[string]any{}, "allow_stdin": false, "stop_on_error": true,
 	})
 	if err != nil {
-		return api.Observation{}, err
+		// A kernel that cannot take the cell (killed, its exit not seen
+		// yet: the socket's far end is gone) is replaced like one seen
+		// dead: the caller starts a new kernel and runs the cell there.
+		select {
+		case <-k.dead:
+		case <-time.After(2 * time.Second):
+		}
+		return api.Observation{}, fmt.Errorf("%w: %w", errGone, err)
 	}
 	obs := api.Observation{Images: []api.Image{}}
 	text := &executors.Capture{Limit: maxChars / 2, Runes: true}
