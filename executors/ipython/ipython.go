@@ -213,9 +213,10 @@ var errGone = errors.New("the kernel is gone")
 // ansi matches terminal escape sequences in tracebacks.
 var ansi = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]`)
 
-// launcher starts the kernel: ipykernel_launcher plus two start-up and
-// round-trip savings that leave the kernel's behaviour as it was. It is
-// passed with -c, so it needs no file inside the sandbox.
+// launcher starts the kernel: ipykernel_launcher minus per-cell and
+// start-up work the daemon has no use for (launch.py says which), each
+// left out only on an ipykernel it was written for. It is passed with -c,
+// so it needs no file inside the sandbox.
 //
 //go:embed launch.py
 var launcher string
@@ -246,6 +247,15 @@ func (k *kernel) isDead() bool {
 		return true
 	default:
 		return false
+	}
+}
+
+// awaitExit gives a kernel that stopped answering a moment (2 s) for its
+// exit to be seen, so deathReason can say how it ended.
+func (k *kernel) awaitExit() {
+	select {
+	case <-k.dead:
+	case <-time.After(2 * time.Second):
 	}
 }
 
@@ -587,10 +597,7 @@ func (k *kernel) execute(ctx context.Context, code string, timeout, interruptWai
 		// A kernel that cannot take the cell (killed, its exit not seen
 		// yet: the socket's far end is gone) is replaced like one seen
 		// dead: the caller starts a new kernel and runs the cell there.
-		select {
-		case <-k.dead:
-		case <-time.After(2 * time.Second):
-		}
+		k.awaitExit()
 		return api.Observation{}, fmt.Errorf("%w: %w", errGone, err)
 	}
 	obs := api.Observation{Images: []api.Image{}}
@@ -605,10 +612,7 @@ func (k *kernel) execute(ctx context.Context, code string, timeout, interruptWai
 	// gone answers a kernel that went away: before it took the cell,
 	// errGone (the caller starts a new kernel and runs the cell there).
 	gone := func() error {
-		select {
-		case <-k.dead:
-		case <-time.After(2 * time.Second):
-		}
+		k.awaitExit()
 		if !started {
 			return errGone
 		}
